@@ -1,0 +1,104 @@
+"""Alembic environment for chatarchive.
+
+The database comes from, in order: a connection handed over by chatarchive
+(``config.attributes["connection"]``), ``-x url=...``, the ``sqlalchemy.url``
+option, ``$CHATARCHIVE_DATABASE_URL``, and the SQLite default.
+"""
+
+from __future__ import annotations
+
+import logging.config
+from typing import Any
+
+from alembic.autogenerate.api import AutogenContext
+from sqlalchemy import Connection
+
+from alembic import context
+from chatarchive._engine import create_engine, database_url
+from chatarchive._schema import VERSION_TABLE, metadata
+from chatarchive._types import ArchiveText, JsonObject, UTCDateTime
+
+config = context.config
+if config.config_file_name is not None and config.attributes.get("configure_logger", True):
+    logging.config.fileConfig(config.config_file_name, disable_existing_loggers=False)
+
+
+def _url() -> str:
+    url = context.get_x_argument(as_dictionary=True).get("url") or config.get_main_option("sqlalchemy.url")
+    return database_url(url).render_as_string(hide_password=False)
+
+
+def _set_sqlite_foreign_keys(connection: Connection, enabled: bool) -> None:
+    # SQLite rebuilds tables to alter them ("batch" mode); foreign keys must be
+    # off meanwhile, and the pragma only takes effect outside a transaction.
+    if not connection.in_transaction():
+        connection.connection.driver_connection.execute(  # type: ignore[union-attr]
+            f"PRAGMA foreign_keys = {'ON' if enabled else 'OFF'}"
+        )
+
+
+# Revisions spell out plain SQLAlchemy types, never chatarchive's own classes,
+# so that an old revision keeps working whatever later code does.
+_PLAIN_TYPES = {
+    ArchiveText: "sa.Text()",
+    JsonObject: 'sa.JSON().with_variant(postgresql.JSONB(), "postgresql")',
+    UTCDateTime: "sa.DateTime(timezone=True)",
+}
+
+
+def _render_item(kind: str, obj: Any, autogen_context: AutogenContext) -> str | bool:
+    if kind == "type" and type(obj) in _PLAIN_TYPES:
+        autogen_context.imports.add("from sqlalchemy.dialects import postgresql")
+        return _PLAIN_TYPES[type(obj)]
+    return False
+
+
+def run_migrations(connection: Connection) -> None:
+    sqlite = connection.dialect.name == "sqlite"
+    if sqlite:
+        _set_sqlite_foreign_keys(connection, False)
+    try:
+        context.configure(
+            connection=connection,
+            target_metadata=metadata,
+            version_table=VERSION_TABLE,
+            render_as_batch=sqlite,
+            compare_type=True,
+            render_item=_render_item,
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+    finally:
+        if sqlite:
+            _set_sqlite_foreign_keys(connection, True)
+
+
+def run_offline() -> None:
+    context.configure(
+        url=_url(),
+        target_metadata=metadata,
+        version_table=VERSION_TABLE,
+        literal_binds=True,
+        render_as_batch=_url().startswith("sqlite"),
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        run_migrations(connection)
+        return
+    engine = create_engine(_url())
+    try:
+        with engine.connect() as new_connection:
+            run_migrations(new_connection)
+    finally:
+        engine.dispose()
+
+
+if context.is_offline_mode():
+    run_offline()
+else:
+    run_online()

@@ -1,0 +1,51 @@
+"""chatarchive: LLM chat conversations kept losslessly in a normalized database."""
+
+from ._archive import ChatArchive
+from ._document import (
+    ChatDocument,
+    ChatPage,
+    ChatSummary,
+    ContentPart,
+    Feedback,
+    Message,
+    ToolCall,
+    ToolFunction,
+    Usage,
+)
+from ._engine import DEFAULT_URL, URL_ENV, create_engine, database_url
+from ._exceptions import (
+    ChatArchiveError,
+    ChatNotFound,
+    ConflictError,
+    DatabaseError,
+    InvalidDocument,
+    SchemaNotReady,
+)
+from ._repository import ChatChanges, ChatRepository
+
+__all__ = [
+    "DEFAULT_URL",
+    "URL_ENV",
+    "ChatArchive",
+    "ChatArchiveError",
+    "ChatChanges",
+    "ChatDocument",
+    "ChatNotFound",
+    "ChatPage",
+    "ChatRepository",
+    "ChatSummary",
+    "ConflictError",
+    "ContentPart",
+    "DatabaseError",
+    "Feedback",
+    "InvalidDocument",
+    "Message",
+    "SchemaNotReady",
+    "ToolCall",
+    "ToolFunction",
+    "Usage",
+    "create_engine",
+    "database_url",
+]
+
+__version__ = "0.1.0"

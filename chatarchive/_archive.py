@@ -1,0 +1,199 @@
+"""ChatArchive: the facade for scripts and applications."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Self, TypeVar, Unpack
+
+from sqlalchemy import URL, Engine, inspect, text
+from sqlalchemy.orm import Session
+
+from ._document import ChatDocument, ChatPage, Feedback, Message
+from ._engine import create_engine
+from ._exceptions import SchemaNotReady, database_errors
+from ._repository import ChatChanges, ChatRepository
+from ._schema import SCHEMA_REVISION, VERSION_TABLE
+
+__all__ = ["ChatArchive"]
+
+_T = TypeVar("_T")
+
+
+class ChatArchive:
+    """A chat archive in one database; each method runs in its own transaction.
+
+    Args:
+        url: the database URL. Default: ``$CHATARCHIVE_DATABASE_URL``, else
+            ``sqlite:///chatarchive.db`` in the working directory.
+            ``postgresql://`` URLs use psycopg 3.
+        engine: use this engine instead of creating one from ``url``.
+        **engine_options: passed to :func:`sqlalchemy.create_engine`.
+
+    Use :meth:`transaction` to make several calls in one transaction.
+    """
+
+    def __init__(
+        self, url: str | URL | None = None, *, engine: Engine | None = None, **engine_options: Any
+    ) -> None:
+        self._engine = engine if engine is not None else create_engine(url, **engine_options)
+        self._owns_engine = engine is None
+        self._schema_ready = False
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    @property
+    def url(self) -> URL:
+        return self._engine.url
+
+    def close(self) -> None:
+        """Close the archive's pooled connections (when it created the engine)."""
+        if self._owns_engine:
+            self._engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- transactions ----------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[ChatRepository]:
+        """A repository whose calls share one transaction, committed when the
+        block ends and rolled back if it raises."""
+        with self._session(savepoints=True) as repository:
+            yield repository
+
+    @contextmanager
+    def _session(self, *, savepoints: bool) -> Iterator[ChatRepository]:
+        self._require_schema()
+        with database_errors(), Session(self._engine) as session, session.begin():
+            yield ChatRepository(session, savepoints=savepoints)
+
+    def _call(self, method: Callable[[ChatRepository], _T]) -> _T:
+        with self._session(savepoints=False) as repository:
+            return method(repository)
+
+    def _require_schema(self) -> None:
+        if self._schema_ready:
+            return
+        with database_errors(), self._engine.connect() as connection:
+            current = None
+            if inspect(connection).has_table(VERSION_TABLE):
+                current = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+        if current != SCHEMA_REVISION:
+            raise SchemaNotReady(
+                f"database {self.url.render_as_string()} is at revision {current or 'none'}, "
+                f"chatarchive needs {SCHEMA_REVISION}: run 'chatarchive db upgrade'"
+            )
+        self._schema_ready = True
+
+    # -- the repository's calls, one transaction each --------------------------
+
+    def save(self, doc: ChatDocument | Mapping[str, Any], *, expected_version: int | None = None) -> int:
+        """Insert or replace a chat; see :meth:`ChatRepository.save`."""
+        return self._call(lambda repo: repo.save(doc, expected_version=expected_version))
+
+    def get(self, chat_id: str) -> ChatDocument:
+        """The stored chat; see :meth:`ChatRepository.get`."""
+        return self._call(lambda repo: repo.get(chat_id))
+
+    def get_many(self, chat_ids: Iterable[str]) -> list[ChatDocument]:
+        """Stored chats in the order asked, unknown ids skipped."""
+        return self._call(lambda repo: repo.get_many(chat_ids))
+
+    def append(
+        self,
+        chat_id: str,
+        messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        expected_version: int | None = None,
+    ) -> list[Message]:
+        """Add messages at the end of a chat; see :meth:`ChatRepository.append`."""
+        return self._call(lambda repo: repo.append(chat_id, messages, expected_version=expected_version))
+
+    def add_feedback(self, chat_id: str, feedback: Feedback | Mapping[str, Any]) -> Feedback:
+        """Attach feedback to a chat or one of its messages."""
+        return self._call(lambda repo: repo.add_feedback(chat_id, feedback))
+
+    def update(
+        self, chat_id: str, *, expected_version: int | None = None, **changes: Unpack[ChatChanges]
+    ) -> int:
+        """Change a chat's own fields; see :meth:`ChatRepository.update`."""
+        return self._call(lambda repo: repo.update(chat_id, expected_version=expected_version, **changes))
+
+    def list_chats(
+        self,
+        *,
+        user_id: str | None = None,
+        model: str | None = None,
+        tag: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> ChatPage:
+        """A page of chat summaries, newest first; see :meth:`ChatRepository.list_chats`."""
+        return self._call(
+            lambda repo: repo.list_chats(
+                user_id=user_id, model=model, tag=tag, since=since, until=until, limit=limit, cursor=cursor
+            )
+        )
+
+    def delete(self, chat_id: str) -> None:
+        """Delete a chat and everything in it."""
+        self._call(lambda repo: repo.delete(chat_id))
+
+    def delete_user(self, user_id: str) -> int:
+        """Delete every chat of a user; returns how many there were."""
+        return self._call(lambda repo: repo.delete_user(user_id))
+
+    def export(self, *, user_id: str | None = None, batch_size: int = 100) -> Iterator[ChatDocument]:
+        """Every chat (or every chat of one user) in ``chat_id`` order, read
+        ``batch_size`` chats per transaction so no transaction stays open
+        between batches."""
+        after: str | None = None
+        while True:
+            with self._session(savepoints=False) as repo:
+                chat_ids = repo.chat_ids(user_id=user_id, after=after, limit=batch_size)
+                documents = repo.get_many(chat_ids)
+            if not chat_ids:
+                return
+            yield from documents
+            after = chat_ids[-1]
+
+    # -- schema ----------------------------------------------------------------
+
+    def upgrade(self, revision: str = "head") -> None:
+        """Migrate the database to ``revision`` (default: this version's newest)."""
+        from ._migrations import upgrade
+
+        upgrade(self._engine, revision)
+        self._schema_ready = False
+
+    def downgrade(self, revision: str) -> None:
+        """Migrate the database down to ``revision`` (``"base"`` drops every table)."""
+        from ._migrations import downgrade
+
+        downgrade(self._engine, revision)
+        self._schema_ready = False
+
+    def current_revision(self) -> str | None:
+        """The migration revision the database is at (``None`` if never migrated)."""
+        from ._migrations import current_revision
+
+        return current_revision(self._engine)
+
+    def check(self) -> list[str]:
+        """Problems that keep the database from matching this version (empty: none)."""
+        from ._migrations import check
+
+        return check(self._engine)

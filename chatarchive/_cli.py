@@ -1,0 +1,322 @@
+"""The ``chatarchive`` command: parses arguments and calls :class:`ChatArchive`.
+
+Exit codes: 0 success, 1 a user-facing error (one line on stderr, no
+traceback), 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from typing import IO, Any, NoReturn
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+from rich.table import Table
+
+from ._archive import ChatArchive
+from ._document import ChatDocument
+from ._engine import DEFAULT_URL, URL_ENV
+from ._exceptions import ChatArchiveError
+from ._jsonio import Record, read_records, to_document
+from ._transcript import render_transcript
+
+__all__ = ["main"]
+
+_stdout = Console(highlight=False, soft_wrap=True)
+_stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class _Group(click.Group):
+    """Turns chatarchive's errors into a one-line message and exit code 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ChatArchiveError as exc:
+            raise click.ClickException(str(exc)) from exc
+        except OSError as exc:
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise click.ClickException(f"{where}{exc.strerror or exc}") from exc
+
+
+class _State:
+    def __init__(self, url: str | None) -> None:
+        self.url = url
+        self._archive: ChatArchive | None = None
+
+    @property
+    def archive(self) -> ChatArchive:
+        if self._archive is None:
+            self._archive = ChatArchive(self.url)
+        return self._archive
+
+    def close(self) -> None:
+        if self._archive is not None:
+            self._archive.close()
+
+
+def _state() -> _State:
+    state = click.get_current_context().find_object(_State)
+    assert state is not None
+    return state
+
+
+def _fail(message: str) -> NoReturn:
+    raise click.ClickException(message)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--db",
+    "url",
+    metavar="URL",
+    help=f"Database URL (default: ${URL_ENV}, else {DEFAULT_URL}).",
+)
+@click.version_option(package_name="chatarchive")
+@click.pass_context
+def main(ctx: click.Context, url: str | None) -> None:
+    """Keep LLM chat conversations in a normalized database, losslessly."""
+    state = _State(url)
+    ctx.obj = state
+    ctx.call_on_close(state.close)
+
+
+# -- db --------------------------------------------------------------------------
+
+
+@main.group(cls=_Group)
+def db() -> None:
+    """Create and migrate the archive's tables."""
+
+
+@db.command("upgrade")
+@click.argument("revision", default="head")
+def db_upgrade(revision: str) -> None:
+    """Migrate the database up to REVISION (default: the newest)."""
+    archive = _state().archive
+    archive.upgrade(revision)
+    _stderr.print(f"database at revision {archive.current_revision()}")
+
+
+@db.command("downgrade")
+@click.argument("revision")
+def db_downgrade(revision: str) -> None:
+    """Migrate the database down to REVISION ('base' drops every table)."""
+    archive = _state().archive
+    archive.downgrade(revision)
+    _stderr.print(f"database at revision {archive.current_revision() or 'base'}")
+
+
+@db.command("current")
+def db_current() -> None:
+    """Print the revision the database is at."""
+    click.echo(_state().archive.current_revision() or "none")
+
+
+@db.command("check")
+def db_check() -> None:
+    """Exit 0 if the database matches this chatarchive, else 1 with the reasons."""
+    problems = _state().archive.check()
+    if problems:
+        _fail("; ".join(problems))
+    click.echo("ok")
+
+
+# -- import / export -------------------------------------------------------------
+
+
+@main.command("import")
+@click.argument("paths", nargs=-1, required=True, metavar="PATH... | -")
+@click.option("--strict", is_flag=True, help="All or nothing: one transaction, stop at the first bad record.")
+def import_(paths: tuple[str, ...], strict: bool) -> None:
+    """Import chats from JSON or JSONL files ('-' reads standard input).
+
+    A file may hold a chat document, a list of documents, a bare OpenAI
+    message list (one chat), or JSON Lines of these. Chats already stored
+    with the same chat_id are replaced. Bad records are reported with file
+    and line; the good ones are kept (unless --strict).
+    """
+    archive = _state().archive
+    imported = failed = 0
+    with _progress() as (progress, task):
+        if strict:
+            with archive.transaction() as repository:
+                for record in _records(paths):
+                    try:
+                        repository.save(_document(record))
+                    except ChatArchiveError as exc:
+                        _fail(f"{record.where}: {exc} (nothing imported)")
+                    imported += 1
+                    progress.update(task, advance=1)
+        else:
+            for record in _records(paths):
+                try:
+                    archive.save(_document(record))
+                    imported += 1
+                except ChatArchiveError as exc:
+                    failed += 1
+                    _stderr.print(f"{record.where}: {exc}", markup=False)
+                progress.update(task, advance=1)
+    _stderr.print(
+        f"imported {imported} chat{'s' if imported != 1 else ''}" + (f", {failed} failed" if failed else "")
+    )
+    if failed:
+        sys.exit(1)
+
+
+def _records(paths: tuple[str, ...]) -> Iterator[Record]:
+    for path in paths:
+        if path == "-":
+            yield from read_records(sys.stdin, "<stdin>")
+        else:
+            with open(path, encoding="utf-8", errors="strict") as stream:
+                try:
+                    yield from read_records(stream, path)
+                except UnicodeDecodeError as exc:
+                    yield Record(path, 0, error=f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+
+
+def _document(record: Record) -> ChatDocument:
+    if record.error is not None:
+        raise _RecordError(record.error)
+    return to_document(record.value)
+
+
+class _RecordError(ChatArchiveError):
+    """A record that could not be read as JSON."""
+
+
+@contextmanager
+def _progress() -> Iterator[tuple[Progress, Any]]:
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("importing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=_stderr,
+        transient=True,
+    )
+    with progress:
+        yield progress, progress.add_task("import", total=None)
+
+
+@main.command("export")
+@click.option("--user", "user_id", help="Only this user's chats.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["canonical", "openai"]),
+    default="canonical",
+    show_default=True,
+    help="canonical: whole documents; openai: each chat's message list.",
+)
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, writable=True), help="File to write (default: stdout)."
+)
+def export(user_id: str | None, fmt: str, output: str | None) -> None:
+    """Write chats as JSON Lines, one chat per line, streamed."""
+    archive = _state().archive
+    with _output(output) as stream:
+        for document in archive.export(user_id=user_id):
+            if fmt == "openai":
+                line = json.dumps(document.to_openai(), ensure_ascii=False)
+            else:
+                line = document.model_dump_json()
+            stream.write(line + "\n")
+
+
+@contextmanager
+def _output(path: str | None) -> Iterator[IO[str]]:
+    if path is None:
+        yield sys.stdout
+        return
+    with open(path, "w", encoding="utf-8") as stream:
+        yield stream
+
+
+# -- looking around --------------------------------------------------------------
+
+
+@main.command("ls")
+@click.option("--user", "user_id", help="Only this user's chats.")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1), help="How many chats.")
+def ls(user_id: str | None, limit: int) -> None:
+    """List chats, most recently updated first."""
+    page = _state().archive.list_chats(user_id=user_id, limit=limit)
+    table = Table("chat_id", "user", "title", "model", "messages", "updated (UTC)")
+    for chat in page.items:
+        table.add_row(
+            chat.chat_id,
+            chat.user_id or "",
+            chat.title or "",
+            chat.model or "",
+            str(chat.message_count),
+            chat.updated_at.strftime("%Y-%m-%d %H:%M:%S"),
+        )
+    _stdout.print(table)
+    if page.next_cursor:
+        _stdout.print(f"(more; showing the {limit} most recent)")
+
+
+@main.command("show")
+@click.argument("chat_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the canonical JSON document.")
+def show(chat_id: str, as_json: bool) -> None:
+    """Show one chat as a readable transcript."""
+    document = _state().archive.get(chat_id)
+    if as_json:
+        click.echo(document.model_dump_json(indent=2))
+    else:
+        _stdout.print(render_transcript(document))
+
+
+@main.command("rm")
+@click.argument("chat_id", required=False)
+@click.option("--user", "user_id", help="Delete every chat of this user.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def rm(chat_id: str | None, user_id: str | None, yes: bool) -> None:
+    """Delete a chat (or, with --user, all of a user's chats) with everything in it."""
+    if (chat_id is None) == (user_id is None):
+        raise click.UsageError("give either CHAT_ID or --user")
+    archive = _state().archive
+    if chat_id is not None:
+        archive.delete(chat_id)
+        _stderr.print(f"deleted chat {chat_id}", markup=False)
+        return
+    assert user_id is not None
+    if not yes:
+        click.confirm(f"Delete every chat of user {user_id!r}?", abort=True, err=True)
+    count = archive.delete_user(user_id)
+    _stderr.print(f"deleted {count} chat{'s' if count != 1 else ''} of user {user_id}", markup=False)
+
+
+# -- quickstart ------------------------------------------------------------------
+
+
+@main.command("quickstart")
+def quickstart() -> None:
+    """Create the archive, import the bundled sample chats, list and show one."""
+    archive = _state().archive
+    _stderr.print(f"archive: {archive.url.render_as_string()}", markup=False)
+    archive.upgrade()
+    samples = sorted(
+        (
+            entry
+            for entry in resources.files("chatarchive").joinpath("samples").iterdir()
+            if entry.name.endswith(".json")
+        ),
+        key=lambda entry: entry.name,
+    )
+    for sample in samples:
+        archive.save(ChatDocument.parse(json.loads(sample.read_text(encoding="utf-8"))))
+    _stderr.print(f"imported {len(samples)} sample chats\n")
+    click.get_current_context().invoke(ls, user_id=None, limit=20)
+    _stdout.print()
+    _stdout.print(render_transcript(archive.get("seed-tool-calling")))
+    _stdout.print()
+    _stdout.print("Next: chatarchive show CHAT_ID, chatarchive export, chatarchive import FILE")

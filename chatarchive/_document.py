@@ -1,0 +1,469 @@
+"""The chat document model: what goes into the archive and what comes back out.
+
+The models follow the OpenAI chat-completions message shape and keep every key
+they are given, known or not. Two rules make the round trip exact:
+
+* unknown keys are kept (``extra="allow"``) at every level;
+* an optional field that is ``None`` is written out only if the input named it,
+  so ``{"content": null}`` and a message without ``content`` stay different.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Annotated, Any, ClassVar, Self, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    model_serializer,
+    model_validator,
+)
+
+from ._exceptions import InvalidDocument
+
+__all__ = [
+    "ARCHIVE_MESSAGE_FIELDS",
+    "ChatDocument",
+    "ChatPage",
+    "ChatSummary",
+    "ContentPart",
+    "Feedback",
+    "Message",
+    "ToolCall",
+    "ToolFunction",
+    "Usage",
+    "new_id",
+]
+
+#: Message fields that belong to the archive, not to the OpenAI message shape;
+#: ``to_openai()`` leaves them out.
+ARCHIVE_MESSAGE_FIELDS = frozenset(
+    {"uid", "created_at", "updated_at", "completed", "model", "finish_reason", "usage"}
+)
+
+_ID_LENGTH = {"min_length": 1, "max_length": 255}
+
+
+def new_id() -> str:
+    """A fresh random identifier (a UUID string)."""
+    return str(uuid.uuid4())
+
+
+def _aware(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("timestamp is out of range once converted to UTC") from None
+    return value
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+Timestamp = Annotated[datetime, AfterValidator(_aware)]
+Identifier = Annotated[str, Field(**_ID_LENGTH)]
+
+
+class _PathError(ValueError):
+    """A validation failure below the field pydantic reports, at ``path``."""
+
+    def __init__(self, reason: str, path: tuple[str | int, ...]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.path = path
+
+
+def _check_json(value: object, path: tuple[str | int, ...]) -> None:
+    """Reject what JSON (and so the archive) cannot hold: non-JSON types,
+    non-string keys, NaN and infinities, strings that are not valid Unicode."""
+    if isinstance(value, str):
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise _PathError("string is not valid Unicode (lone surrogate)", path) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise _PathError(f"object key {key!r} is not a string", path)
+            _check_json(key, path)
+            _check_json(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_json(item, (*path, index))
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise _PathError(f"{value} is not a JSON number", path)
+    elif value is not None and not isinstance(value, (bool, int, datetime, BaseModel)):
+        raise _PathError(f"a {type(value).__name__} is not a JSON value", path)
+
+
+class _Record(BaseModel):
+    """Shared behaviour: unknown keys kept, unset optional fields left out."""
+
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
+
+    _optional_fields: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        cls._optional_fields = frozenset(
+            name
+            for name, info in cls.model_fields.items()
+            if info.default is None and info.default_factory is None
+        )
+
+    @model_validator(mode="after")
+    def _values_are_json(self, info: ValidationInfo) -> Self:
+        if info.context is not None and info.context.get("trusted"):
+            return self  # read back from the archive, checked when it was written
+        for name, value in self.__dict__.items():
+            if not isinstance(value, BaseModel):
+                _check_json(value, (name,))
+        if self.__pydantic_extra__:
+            for name, value in self.__pydantic_extra__.items():
+                _check_json(value, (name,))
+        return self
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unset_nulls(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        given = self.model_fields_set
+        for name in self._optional_fields:
+            if name not in given and data.get(name, 0) is None:
+                del data[name]
+        return data
+
+
+def _content_form(value: object) -> object:
+    if value is None or isinstance(value, (str, list)):
+        return value
+    raise ValueError("content must be a string, a list of parts, or null")
+
+
+class ContentPart(_Record):
+    """One part of a multimodal message: ``text``, ``image_url``, ``input_audio``,
+    ``file``, ``refusal`` or any other type, with all its fields kept.
+
+    A field named after a known part type is checked only on parts of that type
+    (a ``text`` part's ``text`` must be a string); parts of other types keep any
+    shape.
+    """
+
+    type: str
+    text: Any = None
+    refusal: Any = None
+    image_url: Any = None
+    input_audio: Any = None
+    file: Any = None
+
+    _OWN_FIELD_TYPES: ClassVar[dict[str, tuple[builtins.type, ...]]] = {
+        "text": (str,),
+        "refusal": (str,),
+        "image_url": (str, dict),
+        "input_audio": (dict,),
+        "file": (dict,),
+    }
+
+    @model_validator(mode="after")
+    def _own_field_has_its_type(self) -> Self:
+        expected = self._OWN_FIELD_TYPES.get(self.type)
+        value = getattr(self, self.type, None) if expected else None
+        if expected and value is not None and not isinstance(value, expected):
+            kinds = " or ".join("a string" if kind is str else "an object" for kind in expected)
+            raise _PathError(f"a {self.type!r} part's {self.type!r} must be {kinds}", (self.type,))
+        return self
+
+
+class ToolFunction(_Record):
+    """The ``function`` of a tool call; ``arguments`` is kept as the exact string
+    the model produced (or whatever shape the input had)."""
+
+    name: str | None = None
+    arguments: Any = None
+
+
+def _function_shape(value: object) -> object:
+    return ToolFunction.model_validate(value) if isinstance(value, dict) else value
+
+
+class ToolCall(_Record):
+    """A tool call made by an assistant message: ``function``, ``custom`` or any
+    other type. Shapes that break the spec (no ``id``, ``function`` not an
+    object, ``arguments`` beside ``function``, ...) are kept verbatim."""
+
+    id: Any = None
+    type: Any = None
+    function: Annotated[ToolFunction | Any, BeforeValidator(_function_shape)] = None
+    custom: Any = None
+
+
+class Usage(_Record):
+    """Token usage of one model response; extra keys such as
+    ``prompt_tokens_details`` are kept."""
+
+    prompt_tokens: StrictInt | None = None
+    completion_tokens: StrictInt | None = None
+    total_tokens: StrictInt | None = None
+
+
+class Message(_Record):
+    """One chat message in the OpenAI chat-completions shape, plus archive fields.
+
+    ``content`` may be a string (``""`` included), a list of :class:`ContentPart`,
+    ``None``, or absent; each form is restored as it came. Archive fields: ``uid``
+    (generated when absent), ``created_at`` (set when saved, if absent),
+    ``updated_at``, ``completed``, ``model``, ``finish_reason`` and ``usage``.
+    """
+
+    role: Annotated[str, Field(min_length=1)]
+    content: Annotated[str | list[ContentPart] | None, BeforeValidator(_content_form)] = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    function_call: dict[str, Any] | None = None
+    refusal: str | None = None
+    audio: dict[str, Any] | None = None
+
+    uid: Identifier = Field(default_factory=new_id)
+    created_at: Timestamp | None = None
+    updated_at: Timestamp | None = None
+    completed: StrictBool = True
+    model: str | None = None
+    finish_reason: str | None = None
+    usage: Usage | None = None
+
+    def to_openai(self) -> dict[str, Any]:
+        """This message as an OpenAI message dict, archive fields left out."""
+        return self.model_dump(mode="json", exclude=set(ARCHIVE_MESSAGE_FIELDS))
+
+
+class Feedback(_Record):
+    """Human feedback on a whole chat, or on one message when ``message_uid`` is set."""
+
+    id: Identifier = Field(default_factory=new_id)
+    message_uid: Identifier | None = None
+    user_id: str | None = None
+    score: StrictInt | StrictFloat | None = None
+    label: str | None = None
+    comment: str | None = None
+    created_at: Timestamp | None = None
+
+
+class ChatDocument(_Record):
+    """A whole conversation with its metadata: the unit the archive stores.
+
+    ``version`` is filled in by the archive when a document is read back (the
+    stored version, for ``save(doc, expected_version=doc.version)``); it is not
+    part of the document's JSON.
+    """
+
+    chat_id: Identifier = Field(default_factory=new_id)
+    user_id: Identifier | None = None
+    title: str | None = None
+    model: str | None = None
+    model_settings: dict[str, Any] | None = None
+    workflow: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    tags: list[Annotated[str, Field(**_ID_LENGTH)]] = Field(default_factory=list)
+    created_at: Timestamp | None = None
+    updated_at: Timestamp | None = None
+    messages: list[Message] = Field(default_factory=list)
+    feedback: list[Feedback] = Field(default_factory=list)
+    version: int | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        self.tags = list(dict.fromkeys(self.tags))
+        uids: set[str] = set()
+        for index, message in enumerate(self.messages):
+            if message.uid in uids:
+                raise _PathError(f"duplicate message uid {message.uid!r}", ("messages", index, "uid"))
+            uids.add(message.uid)
+        feedback_ids: set[str] = set()
+        for index, item in enumerate(self.feedback):
+            if item.id in feedback_ids:
+                raise _PathError(f"duplicate feedback id {item.id!r}", ("feedback", index, "id"))
+            feedback_ids.add(item.id)
+            if item.message_uid is not None and item.message_uid not in uids:
+                raise _PathError(
+                    f"feedback on unknown message uid {item.message_uid!r}",
+                    ("feedback", index, "message_uid"),
+                )
+        return self
+
+    @classmethod
+    def parse(cls, data: object) -> ChatDocument:
+        """Validate ``data`` (a mapping, or a ``ChatDocument``) into a document.
+
+        Raises:
+            InvalidDocument: naming the chat, message index and field at fault.
+        """
+        if isinstance(data, ChatDocument):
+            return data
+        return _validated(cls, data, chat_id=_chat_id_of(data))
+
+    @classmethod
+    def from_openai(cls, messages: Iterable[Mapping[str, Any]], **chat_fields: Any) -> ChatDocument:
+        """Build a document from an OpenAI message list and the chat's own fields.
+
+        ``ChatDocument.from_openai(m).to_openai() == m`` for any valid message list.
+
+        Raises:
+            InvalidDocument: when a message (or a chat field) is not valid.
+        """
+        if isinstance(messages, (str, bytes, Mapping)):
+            raise InvalidDocument("messages must be a list of message objects", field="messages")
+        return cls.parse({**chat_fields, "messages": list(messages)})
+
+    def to_openai(self) -> list[dict[str, Any]]:
+        """The message list exactly as it came in, archive fields left out."""
+        return [message.to_openai() for message in self.messages]
+
+
+class ChatSummary(BaseModel):
+    """One row of a chat listing."""
+
+    model_config = ConfigDict(protected_namespaces=(), frozen=True)
+
+    chat_id: str
+    user_id: str | None
+    title: str | None
+    model: str | None
+    created_at: datetime
+    updated_at: datetime
+    message_count: int
+    version: int
+
+
+class ChatPage(BaseModel):
+    """A page of chat summaries, newest first; pass ``next_cursor`` back as
+    ``cursor`` to get the next page (``None`` on the last page)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    items: list[ChatSummary]
+    next_cursor: str | None
+
+
+def _chat_id_of(data: object) -> str | None:
+    if isinstance(data, Mapping):
+        chat_id = data.get("chat_id")
+        if isinstance(chat_id, str):
+            return chat_id
+    return None
+
+
+def parse_messages(
+    messages: Iterable[Message | Mapping[str, Any]], *, chat_id: str | None, first_index: int = 0
+) -> list[Message]:
+    """Validate messages one by one, naming the chat and the message's index
+    (counted from ``first_index``) in any error."""
+    if isinstance(messages, (str, bytes, Mapping, Message)):
+        raise InvalidDocument("messages must be a list of messages", chat_id=chat_id, field="messages")
+    parsed = []
+    for offset, message in enumerate(messages):
+        if isinstance(message, Message):
+            parsed.append(message)
+            continue
+        try:
+            parsed.append(Message.model_validate(message))
+        except ValidationError as exc:
+            raise _invalid(exc, message, chat_id=chat_id, prefix=("messages", first_index + offset)) from None
+    return parsed
+
+
+def parse_feedback(item: Feedback | Mapping[str, Any], *, chat_id: str | None) -> Feedback:
+    """Validate one feedback item."""
+    if isinstance(item, Feedback):
+        return item
+    try:
+        return Feedback.model_validate(item)
+    except ValidationError as exc:
+        raise _invalid(exc, item, chat_id=chat_id, prefix=("feedback",)) from None
+
+
+def _validated(model: type[_M], data: object, *, chat_id: str | None) -> _M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _invalid(exc, data, chat_id=chat_id) from None
+
+
+def _invalid(
+    exc: ValidationError, data: object, *, chat_id: str | None, prefix: tuple[str | int, ...] = ()
+) -> InvalidDocument:
+    """Turn pydantic's report into one InvalidDocument about the deepest error."""
+    best = max(exc.errors(include_url=False), key=lambda error: len(error["loc"]))
+    node, path = _input_path(data, best["loc"], missing=best["type"] == "missing")
+    reason = best["msg"]
+    cause = best.get("ctx", {}).get("error")
+    if isinstance(cause, _PathError):
+        path = [*path, *cause.path]
+        reason = cause.reason
+    elif best["type"] in ("model_type", "model_attributes_type", "dict_type"):
+        if prefix or path:
+            reason = f"expected a JSON object, not {_json_type(node)}"
+        else:
+            reason = f"a chat document must be a JSON object, not {_json_type(node)}"
+    else:
+        reason = reason.removeprefix("Value error, ")
+    full: list[str | int] = [*prefix, *path]
+    message_index = None
+    if len(full) >= 2 and full[0] == "messages" and isinstance(full[1], int):
+        message_index = full[1]
+        full = full[2:]
+    return InvalidDocument(reason, chat_id=chat_id, message_index=message_index, field=_dotted(full))
+
+
+def _input_path(data: object, loc: Sequence[str | int], *, missing: bool) -> tuple[object, list[str | int]]:
+    """Follow pydantic's error location through the input, dropping the tags it
+    adds for union members (``str``, ``list[ContentPart]``, ...)."""
+    path: list[str | int] = []
+    node = data
+    for index, part in enumerate(loc):
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and -len(node) <= part < len(node):
+            node = node[part]
+        elif not (missing and index == len(loc) - 1):
+            continue
+        path.append(part)
+    return node, path
+
+
+def _dotted(path: Sequence[str | int]) -> str | None:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+    return text or None
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return f"a {type(value).__name__}"

@@ -1,0 +1,123 @@
+"""Errors raised by chatarchive.
+
+Every error chatarchive raises on purpose derives from :class:`ChatArchiveError`;
+database driver errors are translated at the repository boundary and never
+escape raw::
+
+    ChatArchiveError
+     ├── InvalidDocument    bad input: a document, message, part or feedback item
+     ├── ChatNotFound       the chat does not exist (or is not visible to the caller)
+     ├── ConflictError      another writer got there first (version or key clash)
+     ├── SchemaNotReady     the database has not been migrated to this version
+     └── DatabaseError      any other failure reported by the database
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import exc as sa_exc
+
+__all__ = [
+    "ChatArchiveError",
+    "ChatNotFound",
+    "ConflictError",
+    "DatabaseError",
+    "InvalidDocument",
+    "SchemaNotReady",
+    "database_errors",
+]
+
+
+class ChatArchiveError(Exception):
+    """Base class of every error raised by chatarchive."""
+
+
+class InvalidDocument(ChatArchiveError, ValueError):
+    """Raised when input is not a valid chat document, message, part or feedback item.
+
+    The message names the chat, the message index and the field at fault, and
+    the same facts are available as attributes.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        chat_id: str | None = None,
+        message_index: int | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.reason = reason
+        self.chat_id = chat_id
+        self.message_index = message_index
+        self.field = field
+        where = []
+        if chat_id is not None:
+            where.append(f"chat {chat_id!r}")
+        if message_index is not None:
+            where.append(f"message {message_index}")
+        if field:
+            where.append(f"field {field!r}")
+        super().__init__(f"{', '.join(where)}: {reason}" if where else reason)
+
+
+class ChatNotFound(ChatArchiveError, LookupError):
+    """Raised when a chat id names no stored chat."""
+
+    def __init__(self, chat_id: str) -> None:
+        self.chat_id = chat_id
+        super().__init__(f"chat {chat_id!r} not found")
+
+
+class ConflictError(ChatArchiveError):
+    """Raised when a write loses a race: the stored version differs from
+    ``expected_version``, or another writer created the same key first."""
+
+
+class SchemaNotReady(ChatArchiveError):
+    """Raised when the database lacks chatarchive's tables or is at another
+    revision; run ``chatarchive db upgrade``."""
+
+
+class DatabaseError(ChatArchiveError):
+    """Raised for any other failure reported by the database (connection lost,
+    timeout, permission denied, ...). The driver's error is the ``__cause__``."""
+
+
+# SQLSTATE classes and codes, see https://www.postgresql.org/docs/current/errcodes-appendix.html
+_CONFLICT_STATES = {"40001", "40P01"}  # serialization failure, deadlock
+_SCHEMA_STATES = {"42P01", "42703", "42883"}  # undefined table, column, function
+
+
+@contextmanager
+def database_errors() -> Iterator[None]:
+    """Translate database driver errors raised inside the block into chatarchive's."""
+    try:
+        yield
+    except sa_exc.DBAPIError as exc:
+        raise _translate(exc) from exc
+    except sa_exc.SQLAlchemyError as exc:
+        raise DatabaseError(f"database error: {exc}") from exc
+
+
+def _translate(exc: sa_exc.DBAPIError) -> ChatArchiveError:
+    orig = exc.orig
+    summary = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+    sqlstate = getattr(orig, "sqlstate", None)
+    if isinstance(sqlstate, str):
+        if sqlstate.startswith("23"):
+            constraint = getattr(getattr(orig, "diag", None), "constraint_name", None)
+            return ConflictError(f"write conflicts with stored data (constraint {constraint}): {summary}")
+        if sqlstate in _CONFLICT_STATES:
+            return ConflictError(f"concurrent write, try again: {summary}")
+        if sqlstate in _SCHEMA_STATES:
+            return SchemaNotReady(f"{summary}; run 'chatarchive db upgrade'")
+        return DatabaseError(f"database error [{sqlstate}]: {summary}")
+    errorname = getattr(orig, "sqlite_errorname", None)
+    if isinstance(errorname, str) and errorname.startswith("SQLITE_CONSTRAINT"):
+        return ConflictError(f"write conflicts with stored data ({errorname}): {summary}")
+    if exc.connection_invalidated:
+        return DatabaseError(f"database connection lost: {summary}")
+    return DatabaseError(f"database error: {summary}")

@@ -1,0 +1,121 @@
+"""Reading chat documents from JSON and JSONL files, record by record.
+
+A file may hold one document, a list of documents, a bare OpenAI message list
+(one chat), or JSON Lines of any of these. Every record carries the file and
+line it starts on, so that a bad one can be reported precisely while the good
+ones are kept.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+from ._document import ChatDocument
+from ._exceptions import InvalidDocument
+
+__all__ = ["Record", "read_records", "to_document"]
+
+_JSONL_SUFFIXES = (".jsonl", ".ndjson", ".jsonlines")
+_WHITESPACE = " \t\n\r"
+_decoder = json.JSONDecoder()
+
+
+@dataclass(frozen=True)
+class Record:
+    """One JSON value read from ``source`` at ``line``, or the reason it could not be read."""
+
+    source: str
+    line: int
+    value: Any = None
+    error: str | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{self.line}"
+
+
+def is_message_list(value: object) -> bool:
+    """A bare OpenAI message list: objects with a ``role`` and no ``messages``."""
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(item, dict) for item in value)
+        and "role" in value[0]
+        and not any("messages" in item for item in value)
+    )
+
+
+def to_document(value: object) -> ChatDocument:
+    """The chat document a record holds: a document object or a message list."""
+    if isinstance(value, list):
+        if is_message_list(value):
+            return ChatDocument.from_openai(value)
+        raise InvalidDocument("expected a chat document or a list of messages, not a list of other things")
+    return ChatDocument.parse(value)
+
+
+def read_records(stream: IO[str], source: str) -> Iterator[Record]:
+    """The records in one file (``stream`` opened as text)."""
+    if source.lower().endswith(_JSONL_SUFFIXES):
+        yield from _json_lines(stream, source, first_line=1)
+        return
+    text = stream.read()
+    start = _skip(text, 0)
+    if start == len(text):
+        return
+    try:
+        value, end = _decoder.raw_decode(text, start)
+    except json.JSONDecodeError as exc:
+        if exc.lineno > _line_of(text, start) or "\n" not in text[start:].strip():
+            # The first value runs over several lines: one JSON document, broken.
+            yield Record(source, exc.lineno, error=f"invalid JSON: {exc.msg} (column {exc.colno})")
+            return
+        yield from _json_lines(iter(text.splitlines(keepends=True)), source, first_line=1)
+        return
+    if _skip(text, end) < len(text):
+        yield from _json_lines(iter(text.splitlines(keepends=True)), source, first_line=1)
+    elif isinstance(value, list) and not is_message_list(value):
+        yield from _array_items(text, start, source)
+    else:
+        yield Record(source, _line_of(text, start), value)
+
+
+def _skip(text: str, index: int) -> int:
+    while index < len(text) and text[index] in _WHITESPACE:
+        index += 1
+    return index
+
+
+def _line_of(text: str, index: int) -> int:
+    return text.count("\n", 0, index) + 1
+
+
+def _array_items(text: str, start: int, source: str) -> Iterator[Record]:
+    """The items of a (valid) top-level JSON array, each with its line."""
+    index = _skip(text, start + 1)
+    line, counted = 1, 0
+    while text[index] != "]":
+        line += text.count("\n", counted, index)
+        counted = index
+        value, index = _decoder.raw_decode(text, index)
+        yield Record(source, line, value)
+        index = _skip(text, index)
+        if text[index] == ",":
+            index = _skip(text, index + 1)
+
+
+def _json_lines(lines: Iterator[str] | IO[str], source: str, *, first_line: int) -> Iterator[Record]:
+    for number, line in enumerate(lines, start=first_line):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            ended_early = exc.msg.startswith("Unterminated") or exc.pos >= len(line.rstrip())
+            reason = f"truncated line ({exc.msg})" if ended_early and not line.endswith("\n") else exc.msg
+            yield Record(source, number, error=f"invalid JSON: {reason} (column {exc.colno})")
+            continue
+        yield Record(source, number, value)

@@ -1,0 +1,90 @@
+"""Running chatarchive's Alembic migrations from code, a checkout or a wheel.
+
+The scripts live in the checkout's top-level ``alembic/`` directory; a wheel
+carries the same files as ``chatarchive/_alembic/`` (see pyproject.toml).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine
+
+from alembic import command
+
+from ._exceptions import ChatArchiveError, database_errors
+from ._schema import VERSION_TABLE, metadata
+
+__all__ = [
+    "VERSION_TABLE",
+    "alembic_config",
+    "check",
+    "current_revision",
+    "downgrade",
+    "head_revision",
+    "script_location",
+    "upgrade",
+]
+
+
+def script_location() -> Path:
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "_alembic", here.parent / "alembic"):
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise ChatArchiveError(f"chatarchive's migration scripts are missing (looked beside {here})")
+
+
+def alembic_config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(script_location()))
+    return config
+
+
+def _run(engine: Engine, revision: str, upgrade_to: bool) -> None:
+    config = alembic_config()
+    with database_errors(), engine.connect() as connection:
+        config.attributes["connection"] = connection
+        if upgrade_to:
+            command.upgrade(config, revision)
+        else:
+            command.downgrade(config, revision)
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Migrate the database up to ``revision`` (default: the newest)."""
+    _run(engine, revision, upgrade_to=True)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    """Migrate the database down to ``revision`` (``base``: remove everything)."""
+    _run(engine, revision, upgrade_to=False)
+
+
+def head_revision() -> str | None:
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision the database is at (``None``: not migrated)."""
+    with database_errors(), engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+        return context.get_current_revision()
+
+
+def check(engine: Engine) -> list[str]:
+    """What keeps the database from matching this version of chatarchive:
+    an empty list when it is at the newest revision and its tables match."""
+    current, head = current_revision(engine), head_revision()
+    if current != head:
+        return [f"database is at revision {current or 'none'}, chatarchive needs {head}"]
+    with database_errors(), engine.connect() as connection:
+        context = MigrationContext.configure(
+            connection, opts={"version_table": VERSION_TABLE, "compare_type": True}
+        )
+        differences = compare_metadata(context, metadata)
+    return [f"schema differs from chatarchive's models: {diff}" for diff in differences]

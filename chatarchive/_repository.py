@@ -1,0 +1,464 @@
+"""ChatRepository: reads and writes chat documents inside the caller's session."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from datetime import UTC, datetime
+from typing import Any, TypedDict, Unpack
+
+from sqlalchemy import Table, case, delete, func, insert, literal, select, tuple_, update
+from sqlalchemy.orm import Session
+
+from ._document import (
+    ChatDocument,
+    ChatPage,
+    ChatSummary,
+    Feedback,
+    Message,
+    parse_feedback,
+    parse_messages,
+)
+from ._exceptions import ChatNotFound, ConflictError, InvalidDocument, database_errors
+from ._rows import (
+    MessageRows,
+    document_from_rows,
+    document_to_rows,
+    feedback_to_row,
+    messages_to_rows,
+)
+from ._schema import metadata
+from ._types import ArchiveText, UTCDateTime
+
+__all__ = ["ChatChanges", "ChatRepository"]
+
+chats = metadata.tables["chats"]
+chat_tags = metadata.tables["chat_tags"]
+messages = metadata.tables["messages"]
+content_parts = metadata.tables["content_parts"]
+tool_calls = metadata.tables["tool_calls"]
+feedback = metadata.tables["feedback"]
+
+# Children first, so that deleting never trips a foreign key.
+_CHILD_TABLES = (feedback, content_parts, tool_calls, messages, chat_tags)
+_DOCUMENT_ORDER = {
+    chat_tags: (chat_tags.c.chat_id, chat_tags.c.position),
+    messages: (messages.c.chat_id, messages.c.position),
+    content_parts: (
+        content_parts.c.chat_id,
+        content_parts.c.message_position,
+        content_parts.c.position,
+    ),
+    tool_calls: (tool_calls.c.chat_id, tool_calls.c.message_position, tool_calls.c.position),
+    feedback: (feedback.c.chat_id, feedback.c.position),
+}
+
+
+class ChatChanges(TypedDict, total=False):
+    """Chat fields that :meth:`ChatRepository.update` can change; ``None`` clears one."""
+
+    user_id: str | None
+    title: str | None
+    model: str | None
+    model_settings: dict[str, Any] | None
+    workflow: dict[str, Any] | None
+    metadata: dict[str, Any] | None
+    tags: list[str]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class ChatRepository:
+    """Chat documents stored as rows, read and written inside the caller's session.
+
+    The repository never commits: the caller owns the transaction. Each write
+    runs in a savepoint, so a call that fails leaves nothing behind and the
+    caller's transaction stays usable. Errors are chatarchive's own
+    (:class:`~chatarchive.ChatArchiveError` and subclasses).
+
+    Args:
+        session: a SQLAlchemy session bound to a migrated database.
+        savepoints: wrap each write in a savepoint (turn off only when the
+            transaction holds exactly one call, as :class:`ChatArchive` does).
+    """
+
+    def __init__(self, session: Session, *, savepoints: bool = True) -> None:
+        self._session = session
+        self._savepoints = savepoints
+
+    # -- writes ----------------------------------------------------------------
+
+    def save(self, doc: ChatDocument | Mapping[str, Any], *, expected_version: int | None = None) -> int:
+        """Insert a chat, or replace the stored chat with the same ``chat_id``.
+
+        Args:
+            doc: the document (or its canonical JSON as a mapping).
+            expected_version: if given, the version the stored chat must have
+                (``0``: the chat must not exist yet).
+
+        Returns:
+            The chat's new version.
+
+        Raises:
+            InvalidDocument: the document is not valid.
+            ConflictError: the stored version is not ``expected_version``.
+        """
+        doc = ChatDocument.parse(doc)
+        with self._write():
+            current = self._lock_row(doc.chat_id)
+            stored = 0 if current is None else current["version"]
+            if expected_version is not None and stored != expected_version:
+                raise ConflictError(f"chat {doc.chat_id!r} is at version {stored}, not {expected_version}")
+            rows = document_to_rows(doc, now=_now(), version=stored + 1)
+            if current is None:
+                self._insert(chats, [rows.chat])
+            else:
+                self._delete_children(chats.c.chat_id == doc.chat_id)
+                self._execute(update(chats).where(chats.c.chat_id == doc.chat_id).values(rows.chat))
+            self._insert(chat_tags, rows.tags)
+            self._insert_messages(rows)
+            self._insert(feedback, rows.feedback)
+        return stored + 1
+
+    def append(
+        self,
+        chat_id: str,
+        new_messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        expected_version: int | None = None,
+    ) -> list[Message]:
+        """Add messages at the end of a chat, without touching earlier rows.
+
+        Errors name the message by its index in ``new_messages``.
+
+        Returns:
+            The messages as stored (uids and timestamps filled in).
+        """
+        parsed = parse_messages(new_messages, chat_id=chat_id)
+        seen: set[str] = set()
+        for index, message in enumerate(parsed):
+            if message.uid in seen:
+                raise InvalidDocument(
+                    f"duplicate message uid {message.uid!r}",
+                    chat_id=chat_id,
+                    message_index=index,
+                    field="uid",
+                )
+            seen.add(message.uid)
+        if not parsed:
+            self._require(chat_id)
+            return []
+        now = _now()
+        with self._write():
+            current = self._lock(chat_id, expected_version)
+            taken = (
+                self._session.execute(
+                    select(messages.c.uid).where(messages.c.chat_id == chat_id, messages.c.uid.in_(seen))
+                )
+                .scalars()
+                .first()
+            )
+            if taken is not None:
+                index = next(i for i, message in enumerate(parsed) if message.uid == taken)
+                raise InvalidDocument(
+                    f"message uid {taken!r} is already in the chat",
+                    chat_id=chat_id,
+                    message_index=index,
+                    field="uid",
+                )
+            count = current["message_count"]
+            self._insert_messages(messages_to_rows(chat_id, parsed, first_position=count, now=now))
+            self._touch(chat_id, current, now, message_count=count + len(parsed))
+        return [m if m.created_at else m.model_copy(update={"created_at": now}) for m in parsed]
+
+    def add_feedback(self, chat_id: str, item: Feedback | Mapping[str, Any]) -> Feedback:
+        """Attach feedback to a chat (or to one of its messages, by ``message_uid``).
+
+        Returns:
+            The feedback as stored (id and timestamp filled in).
+        """
+        parsed = parse_feedback(item, chat_id=chat_id)
+        now = _now()
+        with self._write():
+            current = self._lock(chat_id)
+            if parsed.message_uid is not None:
+                found = self._session.execute(
+                    select(messages.c.position).where(
+                        messages.c.chat_id == chat_id, messages.c.uid == parsed.message_uid
+                    )
+                ).first()
+                if found is None:
+                    raise InvalidDocument(
+                        f"feedback on unknown message uid {parsed.message_uid!r}",
+                        chat_id=chat_id,
+                        field="message_uid",
+                    )
+            next_position, clashes = self._session.execute(
+                select(
+                    func.coalesce(func.max(feedback.c.position) + 1, 0),
+                    func.count(case((feedback.c.id == parsed.id, 1))),
+                ).where(feedback.c.chat_id == chat_id)
+            ).one()
+            if clashes:
+                raise InvalidDocument(f"duplicate feedback id {parsed.id!r}", chat_id=chat_id, field="id")
+            self._insert(feedback, [feedback_to_row(chat_id, next_position, parsed, now=now)])
+            self._touch(chat_id, current, now)
+        return parsed if parsed.created_at else parsed.model_copy(update={"created_at": now})
+
+    def update(
+        self, chat_id: str, *, expected_version: int | None = None, **changes: Unpack[ChatChanges]
+    ) -> int:
+        """Change a chat's own fields (not its messages); ``None`` clears a field.
+
+        Returns:
+            The chat's new version.
+        """
+        unknown = set(changes) - set(ChatChanges.__annotations__)
+        if unknown:
+            raise InvalidDocument(f"cannot update {sorted(unknown)}", chat_id=chat_id)
+        checked = ChatDocument.parse({"chat_id": chat_id, **changes})
+        values: dict[str, Any] = {name: getattr(checked, name) for name in changes if name != "tags"}
+        now = _now()
+        with self._write():
+            current = self._lock(chat_id, expected_version)
+            extra = current["extra"]
+            if extra and any(name in extra for name in changes):
+                values["extra"] = {k: v for k, v in extra.items() if k not in changes} or None
+            if "tags" in changes:
+                self._execute(delete(chat_tags).where(chat_tags.c.chat_id == chat_id))
+                self._insert(
+                    chat_tags,
+                    [{"chat_id": chat_id, "tag": tag, "position": i} for i, tag in enumerate(checked.tags)],
+                )
+            return self._touch(chat_id, current, now, **values)
+
+    def delete(self, chat_id: str) -> None:
+        """Delete a chat with all its messages, parts, tool calls, tags and feedback.
+
+        Raises:
+            ChatNotFound: no such chat.
+        """
+        with self._write():
+            self._lock(chat_id)
+            self._delete_children(chats.c.chat_id == chat_id)
+            self._execute(delete(chats).where(chats.c.chat_id == chat_id))
+
+    def delete_user(self, user_id: str) -> int:
+        """Delete every chat of a user; returns how many there were."""
+        with self._write():
+            owned = chats.c.user_id == user_id
+            self._delete_children(owned)
+            result = self._execute(delete(chats).where(owned))
+        return int(result.rowcount)
+
+    # -- reads -----------------------------------------------------------------
+
+    def get(self, chat_id: str) -> ChatDocument:
+        """The stored chat, with ``version`` set.
+
+        Raises:
+            ChatNotFound: no such chat.
+        """
+        found = self.get_many([chat_id])
+        if not found:
+            raise ChatNotFound(chat_id)
+        return found[0]
+
+    def get_many(self, chat_ids: Iterable[str]) -> list[ChatDocument]:
+        """Stored chats in the order asked, unknown ids skipped; a fixed number
+        of queries however many chats and messages there are."""
+        wanted = list(dict.fromkeys(chat_ids))
+        return self._load(wanted) if wanted else []
+
+    def list_chats(
+        self,
+        *,
+        user_id: str | None = None,
+        model: str | None = None,
+        tag: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> ChatPage:
+        """Chat summaries, most recently updated first, a page at a time.
+
+        ``since`` / ``until`` bound ``updated_at`` (inclusive / exclusive).
+        Pass the returned ``next_cursor`` as ``cursor`` for the next page.
+        """
+        if limit < 1:
+            raise InvalidDocument("limit must be at least 1", field="limit")
+        query = select(
+            chats.c.chat_id,
+            chats.c.user_id,
+            chats.c.title,
+            chats.c.model,
+            chats.c.created_at,
+            chats.c.updated_at,
+            chats.c.message_count,
+            chats.c.version,
+        )
+        if user_id is not None:
+            query = query.where(chats.c.user_id == user_id)
+        if model is not None:
+            query = query.where(chats.c.model == model)
+        if tag is not None:
+            query = query.where(
+                select(chat_tags.c.chat_id)
+                .where(chat_tags.c.chat_id == chats.c.chat_id, chat_tags.c.tag == tag)
+                .exists()
+            )
+        if since is not None:
+            query = query.where(chats.c.updated_at >= since)
+        if until is not None:
+            query = query.where(chats.c.updated_at < until)
+        if cursor is not None:
+            after_time, after_id = _decode_cursor(cursor)
+            query = query.where(
+                tuple_(chats.c.updated_at, chats.c.chat_id)
+                < tuple_(literal(after_time, UTCDateTime()), literal(after_id, ArchiveText()))
+            )
+        query = query.order_by(chats.c.updated_at.desc(), chats.c.chat_id.desc()).limit(limit + 1)
+        with self._read():
+            rows = self._session.execute(query).mappings().all()
+        items = [ChatSummary.model_validate(dict(row)) for row in rows[:limit]]
+        next_cursor = None
+        if len(rows) > limit:
+            last = items[-1]
+            next_cursor = _encode_cursor(last.updated_at, last.chat_id)
+        return ChatPage(items=items, next_cursor=next_cursor)
+
+    def export(self, *, user_id: str | None = None, batch_size: int = 100) -> Iterator[ChatDocument]:
+        """Every stored chat (or every chat of one user), in ``chat_id`` order,
+        loaded ``batch_size`` chats at a time."""
+        after: str | None = None
+        while True:
+            batch = self.chat_ids(user_id=user_id, after=after, limit=batch_size)
+            if not batch:
+                return
+            yield from self.get_many(batch)
+            after = batch[-1]
+
+    def chat_ids(
+        self, *, user_id: str | None = None, after: str | None = None, limit: int = 100
+    ) -> list[str]:
+        """Chat ids in ascending order, ``limit`` at a time after ``after``."""
+        query = select(chats.c.chat_id).order_by(chats.c.chat_id).limit(limit)
+        if user_id is not None:
+            query = query.where(chats.c.user_id == user_id)
+        if after is not None:
+            query = query.where(chats.c.chat_id > after)
+        with self._read():
+            return list(self._session.execute(query).scalars())
+
+    # -- internals -------------------------------------------------------------
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        with database_errors(), self._session.begin_nested() if self._savepoints else nullcontext():
+            yield
+
+    def _read(self) -> AbstractContextManager[None]:
+        return database_errors()
+
+    def _execute(self, statement: Any) -> Any:
+        return self._session.execute(statement)
+
+    def _insert(self, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+        if rows:
+            self._session.execute(insert(table), rows)
+
+    def _insert_messages(self, rows: MessageRows) -> None:
+        self._insert(messages, rows.messages)
+        self._insert(content_parts, rows.parts)
+        self._insert(tool_calls, rows.tool_calls)
+
+    def _delete_children(self, chat_filter: Any) -> None:
+        selected = select(chats.c.chat_id).where(chat_filter).scalar_subquery()
+        for table in _CHILD_TABLES:
+            self._execute(delete(table).where(table.c.chat_id.in_(selected)))
+
+    def _lock_row(self, chat_id: str) -> Mapping[Any, Any] | None:
+        """Lock the chat's row for this transaction and return its bookkeeping."""
+        return (
+            self._session.execute(
+                select(chats.c.version, chats.c.message_count, chats.c.extra)
+                .where(chats.c.chat_id == chat_id)
+                .with_for_update()
+            )
+            .mappings()
+            .first()
+        )
+
+    def _lock(self, chat_id: str, expected_version: int | None = None) -> Mapping[str, Any]:
+        row = self._lock_row(chat_id)
+        if row is None:
+            raise ChatNotFound(chat_id)
+        if expected_version is not None and row["version"] != expected_version:
+            raise ConflictError(f"chat {chat_id!r} is at version {row['version']}, not {expected_version}")
+        return row
+
+    def _require(self, chat_id: str) -> None:
+        with self._read():
+            found = self._session.execute(select(chats.c.chat_id).where(chats.c.chat_id == chat_id)).first()
+        if found is None:
+            raise ChatNotFound(chat_id)
+
+    def _touch(self, chat_id: str, current: Mapping[str, Any], now: datetime, **values: Any) -> int:
+        version = int(current["version"]) + 1
+        self._execute(
+            update(chats).where(chats.c.chat_id == chat_id).values(version=version, updated_at=now, **values)
+        )
+        return version
+
+    def _load(self, chat_ids: Sequence[str]) -> list[ChatDocument]:
+        """Whole documents for ``chat_ids`` in a fixed number of queries."""
+        with self._read():
+            head = self._session.execute(select(chats).where(chats.c.chat_id.in_(chat_ids))).mappings().all()
+            if not head:
+                return []
+            children = {
+                table: self._session.execute(
+                    select(table).where(table.c.chat_id.in_(chat_ids)).order_by(*order)
+                )
+                .mappings()
+                .all()
+                for table, order in _DOCUMENT_ORDER.items()
+            }
+        grouped: dict[Table, dict[str, list[Mapping[Any, Any]]]] = {}
+        for table, rows in children.items():
+            by_chat: dict[str, list[Mapping[Any, Any]]] = {}
+            for row in rows:
+                by_chat.setdefault(row["chat_id"], []).append(row)
+            grouped[table] = by_chat
+        documents = {
+            chat["chat_id"]: document_from_rows(
+                chat,
+                [row["tag"] for row in grouped[chat_tags].get(chat["chat_id"], ())],
+                grouped[messages].get(chat["chat_id"], []),
+                grouped[content_parts].get(chat["chat_id"], []),
+                grouped[tool_calls].get(chat["chat_id"], []),
+                grouped[feedback].get(chat["chat_id"], []),
+            )
+            for chat in head
+        }
+        return [documents[chat_id] for chat_id in chat_ids if chat_id in documents]
+
+
+def _encode_cursor(updated_at: datetime, chat_id: str) -> str:
+    raw = json.dumps([updated_at.isoformat(), chat_id], ensure_ascii=False).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        stamp, chat_id = json.loads(raw)
+        return datetime.fromisoformat(stamp), str(chat_id)
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+        raise InvalidDocument("not a cursor returned by list_chats", field="cursor") from None

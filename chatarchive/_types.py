@@ -1,0 +1,185 @@
+"""Column types that keep every value exact on both databases.
+
+PostgreSQL refuses the NUL character in ``text`` and in ``jsonb``, though JSON
+allows it. On PostgreSQL, text and JSON values are therefore stored with a
+reversible escape: U+E000 (a private-use character) becomes U+E000 U+E001 and
+NUL becomes U+E000 U+E002. Values without either character (nearly all) are
+stored as they are. SQLite stores NUL natively and needs no escape.
+
+``jsonb`` also keeps numbers as ``numeric`` and prints them without an
+exponent, so ``1e300`` would come back as the integer 10**300. Floats written
+with an exponent are therefore stored in positional notation with a fraction
+(``1000...0.0``), which reads back as the same float.
+
+Timestamps are stored in UTC and always read back timezone-aware.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Text
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+__all__ = [
+    "ArchiveText",
+    "JsonObject",
+    "UTCDateTime",
+    "dumps_json",
+    "escape_json_text",
+    "escape_text",
+    "postgres_json_text",
+    "unescape_text",
+    "unescape_value",
+]
+
+_ESC = "\ue000"
+_ESC_ESC = "\ue000\ue001"
+_ESC_NUL = "\ue000\ue002"
+# A JSON \u0000 escape that is not itself an escaped backslash followed by "u0000".
+_JSON_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+
+
+def escape_text(value: str) -> str:
+    if "\x00" in value or _ESC in value:
+        return value.replace(_ESC, _ESC_ESC).replace("\x00", _ESC_NUL)
+    return value
+
+
+def unescape_text(value: str) -> str:
+    if _ESC in value:
+        return value.replace(_ESC_NUL, "\x00").replace(_ESC_ESC, _ESC)
+    return value
+
+
+def dumps_json(value: Any) -> str:
+    """Compact JSON text, non-ASCII kept as is."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def escape_json_text(text: str) -> str:
+    """Escape serialized JSON for PostgreSQL ``jsonb`` (see the module docstring)."""
+    if _ESC in text:
+        text = text.replace(_ESC, _ESC_ESC)
+    if "\\u0000" in text:
+        text = _JSON_NUL.sub("\\1" + _ESC_NUL, text)
+    return text
+
+
+# A JSON string (left alone) or a number with an exponent (rewritten).
+_JSON_EXPONENT_NUMBER = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?[eE][+-]?\d+')
+_MAYBE_EXPONENT = re.compile(r"\d[eE][+-]?\d")
+
+
+def _positional(match: re.Match[str]) -> str:
+    token = match.group()
+    if token.startswith('"'):
+        return token
+    text = format(Decimal(token), "f")
+    return text if "." in text else text + ".0"
+
+
+def postgres_json_text(value: Any) -> str:
+    """JSON text for a ``jsonb`` value, escaped and with floats kept floats."""
+    text = escape_json_text(dumps_json(value))
+    if _MAYBE_EXPONENT.search(text):
+        text = _JSON_EXPONENT_NUMBER.sub(_positional, text)
+    return text
+
+
+def unescape_value(value: Any) -> Any:
+    """Undo :func:`escape_text` on every string (keys included) of a JSON value."""
+    if isinstance(value, str):
+        return unescape_text(value)
+    if isinstance(value, dict):
+        return {unescape_text(key): unescape_value(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [unescape_value(item) for item in value]
+    return value
+
+
+class ArchiveText(TypeDecorator[str]):
+    """``text``, with NUL-safe storage on PostgreSQL."""
+
+    impl = Text
+    cache_ok = True
+
+    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
+        if dialect.name != "postgresql":
+            return None
+
+        def process(value: Any) -> Any:
+            return escape_text(value) if isinstance(value, str) else value
+
+        return process
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any] | None:
+        if dialect.name != "postgresql":
+            return None
+
+        def process(value: Any) -> Any:
+            return unescape_text(value) if isinstance(value, str) else value
+
+        return process
+
+
+class JsonObject(TypeDecorator[Any]):
+    """JSON (``jsonb`` on PostgreSQL); Python ``None`` is SQL NULL."""
+
+    impl = JSON
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(postgresql.JSONB(none_as_null=True))
+        return dialect.type_descriptor(JSON(none_as_null=True))
+
+    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
+        if dialect.name != "postgresql":
+            return super().bind_processor(dialect)
+        from psycopg.types.json import Jsonb
+
+        def process(value: Any) -> Any:
+            return None if value is None else Jsonb(value, dumps=postgres_json_text)
+
+        return process
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any] | None:
+        if dialect.name != "postgresql":
+            return super().result_processor(dialect, coltype)
+
+        def process(value: Any) -> Any:
+            if isinstance(value, (str, bytes)):  # a driver set up to return JSON as text
+                value = json.loads(value)
+            return unescape_value(value)
+
+        return process
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """``timestamptz`` on PostgreSQL; on SQLite, UTC text. Always aware on the way out."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        value = value.astimezone(UTC)
+        return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)

@@ -1,0 +1,134 @@
+"""Fixtures: every database test runs on SQLite and on a real PostgreSQL server.
+
+PostgreSQL comes from ``$CHATARCHIVE_TEST_DATABASE_URL`` (any database on the
+server; the tests create and drop their own). Without a reachable server the
+PostgreSQL tests are skipped with the reason shown, except when ``$CI`` is set,
+where that is an error.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy import URL, Engine, delete, make_url
+from sqlalchemy.orm import Session
+
+from chatarchive import ChatArchive, ChatRepository, create_engine, database_url
+from chatarchive._migrations import upgrade
+from chatarchive._schema import metadata
+
+DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+DIALECTS = ("sqlite", "postgresql")
+
+
+def pg_server_url() -> URL:
+    return database_url(os.environ.get("CHATARCHIVE_TEST_DATABASE_URL") or DEFAULT_PG_URL)
+
+
+def _libpq(url: URL) -> str:
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+_pg_problem: str | None = None
+_pg_checked = False
+
+
+def require_postgresql() -> URL:
+    """The server URL, or skip (fail under CI) when no server answers."""
+    global _pg_problem, _pg_checked
+    url = pg_server_url()
+    if not _pg_checked:
+        _pg_checked = True
+        try:
+            psycopg.connect(_libpq(url), connect_timeout=5).close()
+        except psycopg.Error as exc:
+            _pg_problem = f"PostgreSQL at {url.render_as_string()} is not reachable: {exc}".strip()
+    if _pg_problem is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{_pg_problem} (CI is set: PostgreSQL tests may not be skipped)", pytrace=False)
+        pytest.skip(_pg_problem)
+    return url
+
+
+@contextmanager
+def throwaway_database(dialect: str, directory: Path) -> Iterator[URL]:
+    """A new, empty database that is dropped afterwards."""
+    if dialect == "sqlite":
+        yield make_url(f"sqlite:///{directory / f'archive-{uuid.uuid4().hex[:8]}.db'}")
+        return
+    server = require_postgresql()
+    name = f"chatarchive_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_libpq(server), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield server.set(database=name)
+    finally:
+        with psycopg.connect(_libpq(server), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session", params=DIALECTS)
+def dialect(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def migrated_url(dialect: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[URL]:
+    """A database of the current dialect, migrated to head, shared by the session."""
+    with throwaway_database(dialect, tmp_path_factory.mktemp(dialect)) as url:
+        engine = create_engine(url)
+        try:
+            upgrade(engine)
+        finally:
+            engine.dispose()
+        yield url
+
+
+@pytest.fixture(scope="session")
+def engine(migrated_url: URL) -> Iterator[Engine]:
+    engine = create_engine(migrated_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def session(engine: Engine) -> Iterator[Session]:
+    """A session inside a transaction that is rolled back after the test."""
+    with engine.connect() as connection:
+        transaction = connection.begin()
+        session = Session(bind=connection, join_transaction_mode="create_savepoint")
+        try:
+            yield session
+        finally:
+            session.close()
+            transaction.rollback()
+
+
+@pytest.fixture
+def repo(session: Session) -> ChatRepository:
+    return ChatRepository(session)
+
+
+@pytest.fixture
+def archive(engine: Engine) -> Iterator[ChatArchive]:
+    """A facade on the shared database; every table is emptied afterwards."""
+    archive = ChatArchive(engine=engine)
+    try:
+        yield archive
+    finally:
+        with engine.begin() as connection:
+            for table in reversed(metadata.sorted_tables):
+                connection.execute(delete(table))
+
+
+@pytest.fixture
+def empty_database(dialect: str, tmp_path: Path) -> Iterator[URL]:
+    """A new database with no tables, for migration and CLI tests."""
+    with throwaway_database(dialect, tmp_path) as url:
+        yield url

@@ -1,0 +1,197 @@
+"""Hypothesis strategies for OpenAI message lists and chat documents."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+from hypothesis import strategies as st
+
+from chatarchive._document import ARCHIVE_MESSAGE_FIELDS
+
+# Any text JSON can carry: NUL, the private-use escape character, emoji, ...
+text = st.text(
+    alphabet=st.one_of(
+        st.characters(codec="utf-8"),
+        st.sampled_from(["\x00", "\ue000", "\ue001", "\ue002", "\\", '"', "'", "\n", "😀"]),
+    ),
+    max_size=20,
+)
+json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    text,
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda children: st.one_of(st.lists(children, max_size=3), st.dictionaries(text, children, max_size=3)),
+    max_leaves=8,
+)
+
+
+def extras(known: set[str] | frozenset[str]) -> st.SearchStrategy[dict[str, Any]]:
+    """Unknown keys for an object whose own fields are ``known``."""
+    return st.dictionaries(
+        text.filter(lambda key: key not in known and not key.startswith("model_")),
+        json_values,
+        max_size=2,
+    )
+
+
+def _with_extras(
+    base: st.SearchStrategy[dict[str, Any]], known: set[str]
+) -> st.SearchStrategy[dict[str, Any]]:
+    return st.builds(lambda fixed, more: {**more, **fixed}, base, extras(known))
+
+
+PART_FIELDS = {"type", "text", "refusal", "image_url", "input_audio", "file"}
+parts = st.one_of(
+    st.builds(lambda t: {"type": "text", "text": t}, text),
+    st.builds(lambda u: {"type": "image_url", "image_url": u}, text),
+    st.builds(
+        lambda u, d: {"type": "image_url", "image_url": {"url": u, "detail": d}},
+        text,
+        st.sampled_from(["auto", "low", "high"]),
+    ),
+    st.builds(lambda d: {"type": "input_audio", "input_audio": {"data": d, "format": "wav"}}, text),
+    st.builds(lambda f: {"type": "file", "file": {"file_id": f}}, text),
+    st.builds(lambda r: {"type": "refusal", "refusal": r}, text),
+    st.builds(lambda t, v: {"type": t, "value": v}, text, json_values),
+    st.builds(lambda t: {"type": "text", "text": None, "note": t}, text),
+).flatmap(lambda part: _with_extras(st.just(part), PART_FIELDS))
+
+CALL_FIELDS = {"id", "type", "function", "custom"}
+tool_calls = st.one_of(
+    st.builds(
+        lambda i, n, a: {"id": i, "type": "function", "function": {"name": n, "arguments": a}},
+        text,
+        text,
+        text,
+    ),
+    st.builds(
+        lambda i, n, a: {"id": i, "type": "custom", "custom": {"name": n, "input": a}}, text, text, text
+    ),
+    # Shapes that break the spec, kept verbatim.
+    st.builds(lambda n, a: {"function": {"name": n}, "arguments": a}, text, json_values),
+    st.builds(lambda a: {"type": "function", "function": {"arguments": a}}, json_values),
+    st.builds(lambda i: {"id": i, "function": {}}, text),
+    st.builds(lambda i, t: {"id": i, "type": t}, text, st.one_of(st.none(), text)),
+).flatmap(lambda call: _with_extras(st.just(call), CALL_FIELDS))
+
+MESSAGE_FIELDS = {
+    "role",
+    "content",
+    "name",
+    "tool_calls",
+    "tool_call_id",
+    "function_call",
+    "refusal",
+    "audio",
+} | set(ARCHIVE_MESSAGE_FIELDS)
+_ABSENT = object()
+contents = st.one_of(st.just(_ABSENT), st.none(), text, st.lists(parts, max_size=4))
+roles = st.one_of(
+    st.sampled_from(["system", "developer", "user", "assistant", "tool", "function"]), text.filter(bool)
+)
+
+
+@st.composite
+def openai_messages(draw: st.DrawFn) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": draw(roles)}
+    content = draw(contents)
+    if content is not _ABSENT:
+        message["content"] = content
+    optional = {
+        "name": st.one_of(st.none(), text),
+        "tool_call_id": st.one_of(st.none(), text),
+        "tool_calls": st.one_of(st.none(), st.lists(tool_calls, max_size=3)),
+        "function_call": st.one_of(st.none(), st.fixed_dictionaries({"name": text, "arguments": text})),
+        "refusal": st.one_of(st.none(), text),
+        "audio": st.one_of(st.none(), st.fixed_dictionaries({"id": text})),
+    }
+    for key, strategy in optional.items():
+        if draw(st.booleans()):
+            message[key] = draw(strategy)
+    flags = st.dictionaries(
+        st.sampled_from(["is_intent", "is_tool_extra_message", "is_helper_message", "is_reasoning"]),
+        st.booleans(),
+    )
+    return {**draw(extras(MESSAGE_FIELDS)), **draw(flags), **message}
+
+
+message_lists = st.lists(openai_messages(), max_size=6)
+
+timestamps = st.builds(
+    lambda moment, offset: moment.replace(tzinfo=UTC).astimezone(timezone(timedelta(minutes=offset))),
+    st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(2200, 1, 1)),
+    st.integers(min_value=-12 * 60, max_value=12 * 60),
+)
+identifiers = st.text(min_size=1, max_size=40)
+
+
+@st.composite
+def canonical_documents(draw: st.DrawFn) -> dict[str, Any]:
+    """Documents in canonical form, archive fields included."""
+    messages = draw(message_lists)
+    uids = draw(st.lists(identifiers, min_size=len(messages), max_size=len(messages), unique=True))
+    for message, uid in zip(messages, uids, strict=True):
+        message["uid"] = uid
+        message["created_at"] = draw(timestamps)
+        message["completed"] = draw(st.booleans())
+        if draw(st.booleans()):
+            message["updated_at"] = draw(timestamps)
+        if draw(st.booleans()):
+            message["model"] = draw(text)
+            message["finish_reason"] = draw(st.sampled_from(["stop", "length", "tool_calls"]))
+        if draw(st.booleans()):
+            message["usage"] = draw(
+                st.one_of(
+                    st.none(),
+                    st.fixed_dictionaries(
+                        {},
+                        optional={
+                            "prompt_tokens": st.integers(0, 2**40),
+                            "completion_tokens": st.integers(0, 10**6),
+                            "total_tokens": st.integers(0, 10**6),
+                            "completion_tokens_details": st.fixed_dictionaries(
+                                {"reasoning_tokens": st.integers(0, 99)}
+                            ),
+                        },
+                    ),
+                )
+            )
+    feedback = []
+    for index in range(draw(st.integers(0, 3))):
+        item: dict[str, Any] = {"id": f"fb-{index}", "created_at": draw(timestamps)}
+        if draw(st.booleans()) and messages:
+            item["message_uid"] = draw(st.sampled_from(uids))
+        if draw(st.booleans()):
+            item["score"] = draw(st.one_of(st.integers(-5, 5), st.sampled_from([0.5, -1.25, 4.75])))
+        for key in ("user_id", "label", "comment"):
+            if draw(st.booleans()):
+                item[key] = draw(st.one_of(st.none(), text))
+        feedback.append(
+            {
+                **draw(extras({"id", "message_uid", "user_id", "score", "label", "comment", "created_at"})),
+                **item,
+            }
+        )
+    document: dict[str, Any] = {
+        "chat_id": draw(identifiers),
+        "tags": draw(st.lists(st.text(min_size=1, max_size=10), unique=True, max_size=3)),
+        "created_at": draw(timestamps),
+        "updated_at": draw(timestamps),
+        "messages": messages,
+        "feedback": feedback,
+    }
+    for key in ("user_id", "title", "model"):
+        if draw(st.booleans()):
+            document[key] = draw(st.one_of(st.none(), identifiers))
+    for key in ("model_settings", "workflow", "metadata"):
+        if draw(st.booleans()):
+            document[key] = draw(st.one_of(st.none(), st.dictionaries(text, json_values, max_size=3)))
+    known = {"chat_id", "user_id", "title", "model", "model_settings", "workflow", "metadata", "tags"}
+    known |= {"created_at", "updated_at", "messages", "feedback", "version"}
+    return {**draw(extras(known)), **document}

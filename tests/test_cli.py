@@ -1,0 +1,184 @@
+"""The real ``chatarchive`` command, run as a subprocess against both databases."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sqlalchemy import URL
+
+CHATARCHIVE = str(Path(sys.executable).with_name("chatarchive"))
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def run(empty_database: URL, tmp_path: Path) -> Run:
+    url = empty_database.render_as_string(hide_password=False)
+
+    def run(*args: str, stdin: str | None = None, expect: int | None = 0) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "COLUMNS": "200"}
+        env.pop("CHATARCHIVE_DATABASE_URL", None)
+        result = subprocess.run(
+            [CHATARCHIVE, "--db", url, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+        )
+        if expect is not None:
+            assert result.returncode == expect, result.stdout + result.stderr
+        return result
+
+    return run
+
+
+def write(path: Path, content: str) -> str:
+    path.write_text(content, encoding="utf-8")
+    return str(path)
+
+
+DOC = {
+    "chat_id": "doc-1",
+    "user_id": "alice",
+    "title": "PCR",
+    "messages": [
+        {"role": "user", "content": "Why?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "search", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "primer dimers"},
+        {"role": "assistant", "content": "Primer dimers."},
+    ],
+    "feedback": [{"score": 1, "comment": "thanks"}],
+}
+
+
+def test_db_commands(run: Run) -> None:
+    assert run("db", "current").stdout.strip() == "none"
+    assert "revision none" in run("db", "check", expect=1).stderr
+    run("db", "upgrade")
+    assert run("db", "current").stdout.strip() == "0001"
+    assert run("db", "check").stdout.strip() == "ok"
+    run("db", "downgrade", "base")
+    assert run("db", "current").stdout.strip() == "none"
+
+
+def test_import_show_export_rm(run: Run, tmp_path: Path) -> None:
+    run("db", "upgrade")
+    documents = write(
+        tmp_path / "docs.json", json.dumps([DOC, {**DOC, "chat_id": "doc-2", "user_id": "bob"}], indent=2)
+    )
+    bare = write(tmp_path / "bare.json", json.dumps(DOC["messages"]))
+    result = run("import", documents, bare)
+    assert "imported 3 chats" in result.stderr
+
+    listing = run("ls").stdout
+    assert "doc-1" in listing
+    assert "doc-2" in listing
+    assert "doc-2" not in run("ls", "--user", "alice").stdout
+
+    transcript = run("show", "doc-1").stdout
+    for expected in ("user", "Why?", "search({})", "← primer dimers", "score 1", "thanks"):
+        assert expected in transcript
+    shown = json.loads(run("show", "doc-1", "--json").stdout)
+    assert shown["messages"][1]["tool_calls"] == DOC["messages"][1]["tool_calls"]  # type: ignore[index]
+
+    lines = run("export").stdout.splitlines()
+    assert len(lines) == 3
+    exported = {json.loads(line)["chat_id"]: json.loads(line) for line in lines}
+    assert exported["doc-1"]["title"] == "PCR"
+    openai = [
+        json.loads(line) for line in run("export", "--format", "openai", "--user", "bob").stdout.splitlines()
+    ]
+    assert openai == [DOC["messages"]]
+
+    out = tmp_path / "out.jsonl"
+    run("export", "-o", str(out))
+    run("rm", "doc-1")
+    assert run("show", "doc-1", expect=1).stderr.strip() == "Error: chat 'doc-1' not found"
+    # Re-importing the export restores the chat exactly, and replaces the others.
+    assert "imported 3 chats" in run("import", str(out)).stderr
+    assert json.loads(run("show", "doc-1", "--json").stdout) == shown | {"messages": shown["messages"]}
+    assert len(run("export").stdout.splitlines()) == 3
+
+
+def test_import_reports_bad_records_and_keeps_good_ones(run: Run, tmp_path: Path) -> None:
+    run("db", "upgrade")
+    lines = [
+        json.dumps(DOC),
+        json.dumps({"chat_id": "bad-role", "messages": [{"content": "x"}]}),
+        "{not json",
+        "",
+        json.dumps(DOC["messages"]),
+        json.dumps({"chat_id": "truncated", "messages": [{"role": "user"}]})[:-5],
+    ]
+    path = write(tmp_path / "mixed.jsonl", "\n".join(lines))
+    result = run("import", path, expect=1)
+    errors = result.stderr.splitlines()
+    assert any(line.startswith(f"{path}:2: chat 'bad-role', message 0, field 'role'") for line in errors)
+    assert any(line.startswith(f"{path}:3: invalid JSON") for line in errors)
+    assert any(line.startswith(f"{path}:6: invalid JSON: truncated line") for line in errors)
+    assert "imported 2 chats, 3 failed" in result.stderr
+    assert len(run("export").stdout.splitlines()) == 2
+
+
+def test_strict_import_is_all_or_nothing(run: Run, tmp_path: Path) -> None:
+    run("db", "upgrade")
+    path = write(
+        tmp_path / "two.jsonl", json.dumps(DOC) + "\n" + json.dumps({"chat_id": "x", "messages": [{}]}) + "\n"
+    )
+    result = run("import", "--strict", path, expect=1)
+    assert f"{path}:2:" in result.stderr
+    assert "nothing imported" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert run("export").stdout == ""
+
+
+def test_import_from_stdin(run: Run) -> None:
+    run("db", "upgrade")
+    run("import", "-", stdin=json.dumps(DOC))
+    assert json.loads(run("export").stdout)["chat_id"] == "doc-1"
+
+
+def test_rm_user_asks_first(run: Run, tmp_path: Path) -> None:
+    run("db", "upgrade")
+    run("import", "-", stdin=json.dumps([DOC, {**DOC, "chat_id": "doc-2"}]))
+    assert run("rm", "--user", "alice", stdin="n\n", expect=1).returncode == 1
+    assert len(run("export").stdout.splitlines()) == 2
+    assert "deleted 2 chats" in run("rm", "--user", "alice", "--yes").stderr
+    assert run("export").stdout == ""
+
+
+def test_errors_exit_1_and_usage_exits_2(run: Run) -> None:
+    missing = run("ls", expect=1)
+    assert "chatarchive db upgrade" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    run("db", "upgrade")
+    assert "No such file" in run("import", "/nonexistent.json", expect=1).stderr
+    run("frobnicate", expect=2)
+    run("rm", expect=2)
+    run("export", "--format", "yaml", expect=2)
+
+
+def test_quickstart(tmp_path: Path) -> None:
+    env = {**os.environ, "COLUMNS": "200"}
+    env.pop("CHATARCHIVE_DATABASE_URL", None)
+    for _ in range(2):  # running it again is harmless
+        result = subprocess.run(
+            [CHATARCHIVE, "quickstart"], capture_output=True, text=True, cwd=tmp_path, env=env
+        )
+        assert result.returncode == 0, result.stderr
+    assert (tmp_path / "chatarchive.db").exists()
+    assert "seed-tool-calling" in result.stdout
+    assert "airalogy_search" in result.stdout
+    assert "imported 4 sample chats" in result.stderr

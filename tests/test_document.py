@@ -1,0 +1,292 @@
+"""The document model on its own: shapes kept, conversions exact, bad input refused."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+
+from chatarchive import ChatDocument, InvalidDocument, Message
+from chatarchive._rows import document_from_rows, document_to_rows
+
+from .strategies import canonical_documents, message_lists
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def roundtrip_openai(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return ChatDocument.from_openai(messages).to_openai()
+
+
+def as_json(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": ""},
+        {"role": "assistant", "content": None},
+        {"role": "assistant"},
+        {"role": "user", "content": []},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": "https://x/i.png"}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": "https://x", "detail": "high"}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "input_audio", "input_audio": {"data": "AAA=", "format": "mp3"}}],
+        },
+        {"role": "user", "content": [{"type": "file", "file": {"file_id": "file-1", "filename": "a.pdf"}}]},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}]},
+        {"role": "user", "content": [{"type": "hologram", "depth": [1, 2], "text": 3}]},
+        {"role": "assistant", "content": None, "refusal": "I can't.", "audio": {"id": "audio_1"}},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{not json"}},
+                {"id": "c2", "type": "custom", "custom": {"name": "g", "input": "free text"}},
+                {"function": {"name": "h"}, "arguments": "{}"},
+                {"id": "c3", "type": "function", "function": {"name": "k", "arguments": {"as": "object"}}},
+                {"id": 4, "type": None, "function": "not an object"},
+            ],
+        },
+        {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}},
+        {"role": "function", "name": "f", "content": "42"},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        {"role": "user", "tool_call_id": "odd-but-kept", "content": "x"},
+        {"role": "critic", "content": "any role string is kept"},
+        {"role": "assistant", "content": "x", "tool_calls": None, "function_call": None, "refusal": None},
+        {
+            "role": "user",
+            "content": "x",
+            "is_intent": True,
+            "is_helper_message": False,
+            "nested": {"a": [1, None]},
+        },
+        {"role": "user", "content": "nul \x00 and private use \ue000\ue002 and emoji 😀"},
+        {"role": "assistant", "content": "x", "tool_calls": []},
+    ],
+)
+def test_openai_message_variants_round_trip(message: dict[str, Any]) -> None:
+    assert roundtrip_openai([message]) == [message]
+
+
+def test_content_forms_stay_distinct() -> None:
+    forms: list[dict[str, Any]] = [{"role": "user", "content": "x"}, {"role": "user", "content": ""}]
+    forms += [{"role": "user", "content": None}, {"role": "user"}, {"role": "user", "content": []}]
+    assert roundtrip_openai(forms) == forms
+
+
+@settings(max_examples=200, deadline=None)
+@given(message_lists)
+def test_any_openai_message_list_round_trips(messages: list[dict[str, Any]]) -> None:
+    assert as_json(roundtrip_openai(messages)) == as_json(messages)
+
+
+@settings(max_examples=200, deadline=None)
+@given(canonical_documents())
+def test_canonical_documents_survive_the_rows(data: dict[str, Any]) -> None:
+    doc = ChatDocument.parse(data)
+    back = _through_rows(doc)
+    assert back.model_dump() == doc.model_dump()
+    assert back.model_dump(mode="json").keys() == doc.model_dump(mode="json").keys()
+
+
+def _through_rows(doc: ChatDocument) -> ChatDocument:
+    rows = document_to_rows(doc, now=NOW, version=1)
+    return document_from_rows(
+        rows.chat,
+        [tag["tag"] for tag in rows.tags],
+        rows.messages,
+        rows.parts,
+        rows.tool_calls,
+        rows.feedback,
+    )
+
+
+def test_generated_fields() -> None:
+    doc = ChatDocument.from_openai([{"role": "user", "content": "hi"}])
+    assert len(doc.chat_id) == 36
+    assert doc.messages[0].uid
+    assert doc.messages[0].created_at is None
+    assert doc.to_openai() == [{"role": "user", "content": "hi"}]
+    dumped = doc.model_dump(mode="json")
+    assert dumped["messages"][0]["uid"] == doc.messages[0].uid
+    assert "version" not in dumped
+
+
+def test_naive_timestamps_are_utc_and_offsets_are_kept() -> None:
+    doc = ChatDocument.parse({"created_at": "2026-03-01T12:00:00", "updated_at": "2026-03-01T12:00:00+02:00"})
+    assert doc.created_at == datetime(2026, 3, 1, 12, tzinfo=UTC)
+    assert doc.updated_at == datetime(2026, 3, 1, 12, tzinfo=timezone(timedelta(hours=2)))
+
+
+def test_tags_keep_order_without_duplicates() -> None:
+    assert ChatDocument.parse({"tags": ["b", "a", "b"]}).tags == ["b", "a"]
+
+
+def test_rows_keep_text_in_one_column() -> None:
+    doc = ChatDocument.from_openai(
+        [
+            {"role": "user", "content": "plain"},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "part"}, {"type": "refusal", "refusal": "no"}],
+            },
+        ],
+        chat_id="c",
+    )
+    rows = document_to_rows(doc, now=NOW, version=1)
+    assert [(p["type"], p["text"], p["data"]) for p in rows.parts] == [
+        ("text", "plain", None),
+        ("text", "part", None),
+        ("refusal", "no", None),
+    ]
+    assert [m["content_form"] for m in rows.messages] == ["string", "parts"]
+
+
+def test_tool_call_rows_hold_name_and_exact_arguments() -> None:
+    doc = ChatDocument.from_openai(
+        [
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {"id": "c", "type": "function", "function": {"name": "f", "arguments": ' {"a": 1}'}}
+                ],
+            }
+        ]
+    )
+    (row,) = document_to_rows(doc, now=NOW, version=1).tool_calls
+    assert (row["call_id"], row["type"], row["name"], row["arguments"], row["data"]) == (
+        "c",
+        "function",
+        "f",
+        ' {"a": 1}',
+        None,
+    )
+
+
+BAD_DOCUMENTS: list[tuple[Any, dict[str, Any], str]] = [
+    (42, {"field": None}, "must be a JSON object"),
+    ([1, 2], {"field": None}, "must be a JSON object"),
+    (
+        {"chat_id": "c", "messages": [{"content": "x"}]},
+        {"message_index": 0, "field": "role"},
+        "Field required",
+    ),
+    ({"chat_id": "c", "messages": [{"role": 7}]}, {"message_index": 0, "field": "role"}, "valid string"),
+    (
+        {"chat_id": "c", "messages": [{"role": "user", "content": 5}]},
+        {"message_index": 0, "field": "content"},
+        "content must be",
+    ),
+    (
+        {"chat_id": "c", "messages": [{"role": "user", "content": {"text": "x"}}]},
+        {"message_index": 0, "field": "content"},
+        "content must be",
+    ),
+    (
+        {"chat_id": "c", "messages": [{"role": "u"}, {"role": "user", "content": [{"text": "x"}]}]},
+        {"message_index": 1, "field": "content[0].type"},
+        "Field required",
+    ),
+    ({"chat_id": "c", "messages": ["hello"]}, {"message_index": 0, "field": None}, "JSON object"),
+    ({"chat_id": ""}, {"field": "chat_id"}, "at least 1"),
+    ({"chat_id": "x" * 256}, {"field": "chat_id"}, "at most 255"),
+    ({"chat_id": 5}, {"field": "chat_id"}, "valid string"),
+    (
+        {"chat_id": "c", "messages": [{"role": "u", "uid": "a"}, {"role": "u", "uid": "a"}]},
+        {"message_index": 1, "field": "uid"},
+        "duplicate message uid",
+    ),
+    ({"chat_id": "c", "created_at": "yesterday"}, {"field": "created_at"}, "datetime"),
+    (
+        {"chat_id": "c", "messages": [{"role": "u", "created_at": "2026-13-01T00:00:00Z"}]},
+        {"message_index": 0, "field": "created_at"},
+        "datetime",
+    ),
+    ({"chat_id": "c", "created_at": "0001-01-01T00:00:00+01:00"}, {"field": "created_at"}, "out of range"),
+    (
+        {"chat_id": "c", "feedback": [{"message_uid": "nope"}]},
+        {"field": "feedback[0].message_uid"},
+        "unknown message",
+    ),
+    ({"chat_id": "c", "feedback": [{"score": "high"}]}, {"field": "feedback[0].score"}, "valid"),
+    ({"chat_id": "c", "feedback": [{"score": True}]}, {"field": "feedback[0].score"}, "valid"),
+    (
+        {"chat_id": "c", "messages": [{"role": "user", "completed": "yes"}]},
+        {"message_index": 0, "field": "completed"},
+        "boolean",
+    ),
+    (
+        {"chat_id": "c", "messages": [{"role": "user", "content": "\ud800"}]},
+        {"message_index": 0, "field": "content"},
+        "Unicode",
+    ),
+    ({"chat_id": "c", "metadata": {"deep": ["\udfff"]}}, {"field": "metadata.deep[0]"}, "Unicode"),
+    ({"chat_id": "c", "workflow": {"x": float("nan")}}, {"field": "workflow.x"}, "JSON number"),
+    ({"chat_id": "c", "metadata": {"x": {1: "int key"}}}, {"field": "metadata.x"}, "not a string"),
+    (
+        {"chat_id": "c", "messages": [{"role": "user", "extra": object()}]},
+        {"message_index": 0, "field": "extra"},
+        "not a JSON value",
+    ),
+    ({"chat_id": "c", "tags": ["ok", 3]}, {"field": "tags[1]"}, "valid string"),
+    (
+        {"chat_id": "c", "messages": [{"role": "assistant", "tool_calls": ["f"]}]},
+        {"message_index": 0, "field": "tool_calls[0]"},
+        "JSON object",
+    ),
+    (
+        {"chat_id": "c", "messages": [{"role": "assistant", "tool_calls": "f"}]},
+        {"message_index": 0, "field": "tool_calls"},
+        "valid list",
+    ),
+    (
+        {"chat_id": "c", "messages": [{"role": "user", "content": [{"type": "text", "text": 3}]}]},
+        {"message_index": 0, "field": "content[0].text"},
+        "must be a string",
+    ),
+]
+
+
+@pytest.mark.parametrize(("data", "where", "reason"), BAD_DOCUMENTS)
+def test_bad_documents_are_named_precisely(data: Any, where: dict[str, Any], reason: str) -> None:
+    with pytest.raises(InvalidDocument) as caught:
+        ChatDocument.parse(data)
+    error = caught.value
+    assert reason in str(error)
+    for attribute, expected in where.items():
+        assert getattr(error, attribute) == expected, str(error)
+    if isinstance(data, dict) and isinstance(data.get("chat_id"), str):
+        assert error.chat_id == data["chat_id"]
+        assert repr(data["chat_id"]) in str(error)
+
+
+def test_from_openai_refuses_a_non_list() -> None:
+    with pytest.raises(InvalidDocument, match="list"):
+        ChatDocument.from_openai({"role": "user"})  # type: ignore[dict-item]
+
+
+def test_message_to_openai_leaves_archive_fields_out() -> None:
+    message = Message.model_validate(
+        {
+            "role": "assistant",
+            "content": "x",
+            "uid": "u",
+            "model": "m",
+            "finish_reason": "stop",
+            "usage": {"total_tokens": 3},
+        }
+    )
+    assert message.to_openai() == {"role": "assistant", "content": "x"}

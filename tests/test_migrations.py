@@ -1,0 +1,144 @@
+"""Migrations on empty databases of both dialects: one head, up, down, up, no drift."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from alembic.script import ScriptDirectory
+from sqlalchemy import URL, inspect
+
+from chatarchive import ChatArchive, SchemaNotReady, create_engine
+from chatarchive._migrations import alembic_config, check, current_revision, downgrade, upgrade
+from chatarchive._schema import SCHEMA_REVISION, VERSION_TABLE, metadata
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def revisions() -> list[str]:
+    script = ScriptDirectory.from_config(alembic_config())
+    return [revision.revision for revision in reversed(list(script.walk_revisions()))]
+
+
+def test_single_head() -> None:
+    assert len(ScriptDirectory.from_config(alembic_config()).get_heads()) == 1
+
+
+def test_upgrade_from_empty_creates_the_models_tables(empty_database: URL) -> None:
+    engine = create_engine(empty_database)
+    try:
+        assert current_revision(engine) is None
+        upgrade(engine)
+        tables = set(inspect(engine).get_table_names())
+        assert tables == set(metadata.tables) | {VERSION_TABLE}
+        assert check(engine) == []
+    finally:
+        engine.dispose()
+
+
+def test_down_and_up_through_every_revision(empty_database: URL) -> None:
+    engine = create_engine(empty_database)
+    try:
+        steps = revisions()
+        for revision in steps:
+            upgrade(engine, revision)
+            assert current_revision(engine) == revision
+        for revision in reversed(steps[:-1]):
+            downgrade(engine, revision)
+            assert current_revision(engine) == revision
+        downgrade(engine, "base")
+        assert current_revision(engine) is None
+        assert set(inspect(engine).get_table_names()) <= {VERSION_TABLE}
+        upgrade(engine)
+        assert check(engine) == []
+    finally:
+        engine.dispose()
+
+
+def test_check_reports_a_database_that_is_behind(empty_database: URL) -> None:
+    engine = create_engine(empty_database)
+    try:
+        assert "revision none" in check(engine)[0]
+        with pytest.raises(SchemaNotReady, match="chatarchive db upgrade"):
+            ChatArchive(engine=engine).get("x")
+    finally:
+        engine.dispose()
+
+
+def _env_with_url(url: URL) -> dict[str, str]:
+    return {**os.environ, "CHATARCHIVE_DATABASE_URL": url.render_as_string(hide_password=False)}
+
+
+def test_alembic_runs_from_the_checkout(empty_database: URL) -> None:
+    alembic = Path(sys.executable).with_name("alembic")
+    result = subprocess.run(
+        [str(alembic), "upgrade", "head"],
+        cwd=ROOT,
+        env=_env_with_url(empty_database),
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    engine = create_engine(empty_database)
+    try:
+        assert check(engine) == []
+    finally:
+        engine.dispose()
+
+
+def test_migrations_run_from_a_built_wheel(tmp_path: Path, empty_database: URL) -> None:
+    """The wheel carries the scripts; an installed copy can migrate on its own."""
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = tmp_path.glob("chatarchive-*.whl")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        archive.extractall(site)
+    assert "chatarchive/_alembic/env.py" in names
+    assert any(name.startswith("chatarchive/_alembic/versions/") for name in names)
+    code = "from chatarchive._cli import main; main()"
+    env = _env_with_url(empty_database) | {"PYTHONPATH": str(site)}
+    result = subprocess.run(
+        [sys.executable, "-c", code, "db", "upgrade"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    located = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from chatarchive._migrations import script_location; print(script_location())",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert located.stdout.strip() == str(site / "chatarchive" / "_alembic")
+    engine = create_engine(empty_database)
+    try:
+        assert check(engine) == []
+    finally:
+        engine.dispose()
+
+
+def test_models_know_the_newest_revision() -> None:
+    assert ScriptDirectory.from_config(alembic_config()).get_current_head() == SCHEMA_REVISION

@@ -1,0 +1,425 @@
+"""ChatRepository against real databases: round trips, writes, reads, errors."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from sqlalchemy import func, select, text
+from sqlalchemy.orm import Session
+
+from chatarchive import (
+    ChatDocument,
+    ChatNotFound,
+    ChatRepository,
+    ConflictError,
+    InvalidDocument,
+)
+from chatarchive._schema import metadata
+
+from .strategies import canonical_documents, message_lists
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def counts(session: Session) -> dict[str, int]:
+    return {
+        name: session.execute(select(func.count()).select_from(table)).scalar_one()
+        for name, table in metadata.tables.items()
+    }
+
+
+def snapshot(session: Session) -> dict[str, list[Any]]:
+    """Every row of every table, for "nothing changed" checks."""
+    return {
+        name: sorted(repr(tuple(row)) for row in session.execute(select(table)))
+        for name, table in metadata.tables.items()
+    }
+
+
+def tool_chat(chat_id: str = "c1", **fields: Any) -> ChatDocument:
+    return ChatDocument.from_openai(
+        [
+            {"role": "system", "content": "be brief"},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": "u"}],
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "42"},
+            {"role": "assistant", "content": "It is 42."},
+        ],
+        chat_id=chat_id,
+        **fields,
+    )
+
+
+# -- round trips -----------------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=canonical_documents())
+def test_canonical_documents_round_trip(session: Session, data: dict[str, Any]) -> None:
+    repo = ChatRepository(session)
+    doc = ChatDocument.parse(data)
+    savepoint = session.begin_nested()
+    try:
+        repo.save(doc)
+        back = repo.get(doc.chat_id)
+        assert back.model_dump() == doc.model_dump()
+        assert json.loads(back.model_dump_json()).keys() == json.loads(doc.model_dump_json()).keys()
+    finally:
+        savepoint.rollback()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(messages=message_lists)
+def test_openai_message_lists_round_trip(session: Session, messages: list[dict[str, Any]]) -> None:
+    repo = ChatRepository(session)
+    expected = json.loads(json.dumps(messages))
+    savepoint = session.begin_nested()
+    try:
+        repo.save(ChatDocument.from_openai(messages, chat_id="prop"))
+        assert json.loads(json.dumps(repo.get("prop").to_openai())) == expected
+    finally:
+        savepoint.rollback()
+
+
+HOSTILE = [
+    "",
+    "'; DROP TABLE chats; --",
+    'quote " and backslash \\ and \\u0000 text',
+    "nul \x00 in the middle",
+    "\x00",
+    "\ue000\ue001\ue002 private use",
+    "\ue000\x00\ue000",
+    "emoji 😀 and CJK 漢字 and RTL \u202e",
+    "line\nbreaks\r\nand\ttabs",
+    "x" * 100_000,
+]
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=range(len(HOSTILE)))
+def test_hostile_strings_survive_everywhere(repo: ChatRepository, value: str) -> None:
+    doc = ChatDocument.from_openai(
+        [
+            {"role": "user", "name": value, "content": value, value: value},
+            {
+                "role": value or "r",
+                "content": [{"type": "text", "text": value}, {"type": value or "t", "x": value}],
+            },
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {"id": value, "type": "function", "function": {"name": value, "arguments": value}}
+                ],
+            },
+        ],
+        chat_id=(value or "c")[:255],
+        title=value,
+        metadata={value: [value, {value: value}]},
+        tags=[value[:255]] if value else [],
+        feedback=[{"comment": value, "label": value}],
+    )
+    repo.save(doc)
+    back = repo.get(doc.chat_id)
+    assert back.model_dump(exclude={"created_at", "updated_at"}) == doc.model_dump(
+        exclude={"created_at", "updated_at"}
+    ) | {
+        "messages": back.model_dump()["messages"],
+        "feedback": back.model_dump()["feedback"],
+    }
+    assert back.to_openai() == doc.to_openai()
+    assert back.feedback[0].comment == value
+
+
+def test_big_and_precise_numbers_survive(repo: ChatRepository) -> None:
+    values = [1e300, -2.5e-300, 1e16, 0.1, 2**70, -(2**63), 1.0, 0]
+    doc = ChatDocument.from_openai(
+        [{"role": "user", "content": "x", "numbers": values}], chat_id="n", metadata={"n": values}
+    )
+    repo.save(doc)
+    back = repo.get("n")
+    assert back.to_openai()[0]["numbers"] == values
+    assert [type(v) for v in back.to_openai()[0]["numbers"]] == [type(v) for v in values]
+    assert back.metadata == {"n": values}
+
+
+def test_timestamps_come_back_as_the_same_instants(repo: ChatRepository) -> None:
+    moment = datetime(2026, 5, 1, 12, 30, tzinfo=UTC).astimezone(UTC) + timedelta(microseconds=7)
+    doc = ChatDocument.parse(
+        {
+            "chat_id": "t",
+            "created_at": "2026-05-01T14:30:00.000007+02:00",
+            "messages": [{"role": "u", "created_at": moment}],
+        }
+    )
+    repo.save(doc)
+    back = repo.get("t")
+    assert back.created_at == moment
+    assert back.created_at is not None
+    assert back.created_at.tzinfo is not None
+    assert back.messages[0].created_at == moment
+
+
+# -- writes ----------------------------------------------------------------------
+
+
+def test_save_replaces_the_whole_chat(repo: ChatRepository, session: Session) -> None:
+    assert repo.save(tool_chat(tags=["a", "b"])) == 1
+    smaller = ChatDocument.from_openai([{"role": "user", "content": "again"}], chat_id="c1", tags=["c"])
+    assert repo.save(smaller) == 2
+    back = repo.get("c1")
+    assert back.to_openai() == [{"role": "user", "content": "again"}]
+    assert back.tags == ["c"]
+    assert back.version == 2
+    assert counts(session) == {
+        "chats": 1,
+        "chat_tags": 1,
+        "messages": 1,
+        "content_parts": 1,
+        "tool_calls": 0,
+        "feedback": 0,
+    }
+
+
+def test_missing_timestamps_are_filled_when_saved(repo: ChatRepository) -> None:
+    repo.save(tool_chat())
+    back = repo.get("c1")
+    assert back.created_at is not None
+    assert back.updated_at is not None
+    assert all(m.created_at is not None for m in back.messages)
+
+
+def test_expected_version(repo: ChatRepository) -> None:
+    with pytest.raises(ConflictError):
+        repo.save(tool_chat(), expected_version=3)
+    assert repo.save(tool_chat(), expected_version=0) == 1
+    with pytest.raises(ConflictError, match="version 1, not 0"):
+        repo.save(tool_chat(), expected_version=0)
+    assert repo.save(tool_chat(title="x"), expected_version=1) == 2
+    with pytest.raises(ConflictError):
+        repo.append("c1", [{"role": "user", "content": "x"}], expected_version=1)
+    assert repo.get("c1").title == "x"
+
+
+def test_append_continues_positions_and_touches_only_new_rows(repo: ChatRepository, session: Session) -> None:
+    repo.save(tool_chat())
+    before = repo.get("c1")
+    added = repo.append(
+        "c1", [{"role": "user", "content": "more"}, {"role": "assistant", "content": "sure", "uid": "a-1"}]
+    )
+    assert [m.uid for m in added][1] == "a-1"
+    assert all(m.created_at is not None for m in added)
+    after = repo.get("c1")
+    assert after.version == before.version + 1  # type: ignore[operator]
+    assert after.messages[:5] == before.messages
+    assert [m.content for m in after.messages[5:]] == ["more", "sure"]
+    positions = session.execute(
+        text("SELECT position FROM messages WHERE chat_id = 'c1' ORDER BY position")
+    ).scalars()
+    assert list(positions) == list(range(7))
+    assert session.execute(text("SELECT message_count FROM chats")).scalar_one() == 7
+
+
+def test_append_refuses_duplicate_uids_and_changes_nothing(repo: ChatRepository, session: Session) -> None:
+    repo.save(tool_chat())
+    uid = repo.get("c1").messages[0].uid
+    before = snapshot(session)
+    with pytest.raises(InvalidDocument) as caught:
+        repo.append("c1", [{"role": "user", "content": "ok"}, {"role": "user", "uid": uid}])
+    assert caught.value.message_index == 1
+    assert caught.value.field == "uid"
+    with pytest.raises(InvalidDocument, match="duplicate"):
+        repo.append("c1", [{"role": "user", "uid": "z"}, {"role": "user", "uid": "z"}])
+    with pytest.raises(InvalidDocument) as bad:
+        repo.append("c1", [{"role": "user"}, {"content": "no role"}])
+    assert bad.value.message_index == 1
+    assert bad.value.field == "role"
+    assert bad.value.chat_id == "c1"
+    assert snapshot(session) == before
+
+
+def test_append_to_a_missing_chat(repo: ChatRepository) -> None:
+    with pytest.raises(ChatNotFound):
+        repo.append("nope", [{"role": "user"}])
+    with pytest.raises(ChatNotFound):
+        repo.append("nope", [])
+
+
+def test_feedback(repo: ChatRepository, session: Session) -> None:
+    repo.save(tool_chat())
+    doc = repo.get("c1")
+    stored = repo.add_feedback(
+        "c1", {"message_uid": doc.messages[4].uid, "score": -1, "label": "wrong", "x": [1]}
+    )
+    repo.add_feedback("c1", {"score": 5, "comment": "whole chat"})
+    back = repo.get("c1")
+    assert [f.score for f in back.feedback] == [-1, 5]
+    assert back.feedback[0] == stored
+    assert back.feedback[0].model_extra == {"x": [1]}
+    before = snapshot(session)
+    with pytest.raises(InvalidDocument, match="unknown message"):
+        repo.add_feedback("c1", {"message_uid": "nope", "score": 1})
+    with pytest.raises(InvalidDocument, match="duplicate feedback id"):
+        repo.add_feedback("c1", {"id": stored.id})
+    with pytest.raises(InvalidDocument) as wrong:
+        repo.add_feedback("c1", {"score": "great"})
+    assert wrong.value.field == "feedback.score"
+    with pytest.raises(ChatNotFound):
+        repo.add_feedback("missing", {"score": 1})
+    assert snapshot(session) == before
+
+
+def test_update(repo: ChatRepository) -> None:
+    repo.save(
+        ChatDocument.parse({"chat_id": "u", "title": None, "model": "m", "tags": ["a"], "workflow": {"w": 1}})
+    )
+    version = repo.update("u", title="New", workflow=None, tags=["x", "y"], metadata={"k": "v"})
+    back = repo.get("u")
+    assert version == back.version == 2
+    assert (back.title, back.model, back.workflow, back.tags, back.metadata) == (
+        "New",
+        "m",
+        None,
+        ["x", "y"],
+        {"k": "v"},
+    )
+    assert "title" not in back.model_extra  # type: ignore[operator]
+    with pytest.raises(InvalidDocument):
+        repo.update("u", tags="not a list")  # type: ignore[arg-type]
+    with pytest.raises(InvalidDocument, match="cannot update"):
+        repo.update("u", messages=[])  # type: ignore[call-arg]
+    with pytest.raises(ChatNotFound):
+        repo.update("missing", title="x")
+    with pytest.raises(ConflictError):
+        repo.update("u", title="y", expected_version=1)
+
+
+def test_delete_and_delete_user_remove_every_row(repo: ChatRepository, session: Session) -> None:
+    for index in range(3):
+        repo.save(
+            tool_chat(
+                f"c{index}", user_id="alice" if index < 2 else "bob", tags=["t"], feedback=[{"score": 1}]
+            )
+        )
+    repo.delete("c0")
+    with pytest.raises(ChatNotFound):
+        repo.get("c0")
+    with pytest.raises(ChatNotFound):
+        repo.delete("c0")
+    assert repo.delete_user("alice") == 1
+    assert repo.delete_user("alice") == 0
+    assert counts(session)["messages"] == 5
+    assert repo.delete_user("bob") == 1
+    assert set(counts(session).values()) == {0}
+
+
+# -- reads -----------------------------------------------------------------------
+
+
+def test_list_chats_pages_newest_first(repo: ChatRepository) -> None:
+    for index in range(7):
+        doc = tool_chat(
+            f"c{index}",
+            user_id="alice" if index % 2 else "bob",
+            model="m1" if index < 4 else "m2",
+            tags=["even"] if index % 2 == 0 else [],
+            updated_at=T0 + timedelta(minutes=index // 2),  # ties, broken by chat_id
+        )
+        repo.save(doc)
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = repo.list_chats(limit=3, cursor=cursor)
+        seen += [chat.chat_id for chat in page.items]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == ["c6", "c5", "c4", "c3", "c2", "c1", "c0"]
+    assert [c.chat_id for c in repo.list_chats(user_id="alice").items] == ["c5", "c3", "c1"]
+    assert [c.chat_id for c in repo.list_chats(model="m1", tag="even").items] == ["c2", "c0"]
+    window = repo.list_chats(since=T0 + timedelta(minutes=1), until=T0 + timedelta(minutes=3))
+    assert [c.chat_id for c in window.items] == ["c5", "c4", "c3", "c2"]
+    first = repo.list_chats(limit=1).items[0]
+    assert (first.message_count, first.version, first.model) == (5, 1, "m2")
+    with pytest.raises(InvalidDocument, match="cursor"):
+        repo.list_chats(cursor="garbage!")
+    with pytest.raises(InvalidDocument):
+        repo.list_chats(limit=0)
+
+
+def test_get_many_and_export(repo: ChatRepository) -> None:
+    for index in range(5):
+        repo.save(tool_chat(f"c{index}", user_id="alice" if index < 3 else "bob"))
+    assert [d.chat_id for d in repo.get_many(["c3", "nope", "c1", "c3"])] == ["c3", "c1"]
+    assert [d.chat_id for d in repo.export(batch_size=2)] == [f"c{i}" for i in range(5)]
+    assert [d.chat_id for d in repo.export(user_id="bob")] == ["c3", "c4"]
+
+
+def test_get_uses_a_fixed_number_of_queries(repo: ChatRepository, session: Session) -> None:
+    from sqlalchemy import event
+
+    repo.save(tool_chat("small"))
+    big = tool_chat("big")
+    repo.save(big)
+    repo.append("big", [{"role": "user", "content": [{"type": "text", "text": str(i)}]} for i in range(200)])
+    statements: list[str] = []
+
+    def count(*args: Any) -> None:
+        statements.append(args[2])
+
+    engine = session.get_bind()
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        repo.get("small")
+        small = len(statements)
+        statements.clear()
+        repo.get("big")
+        assert len(statements) == small <= 6
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+
+
+def test_a_failed_save_leaves_the_transaction_usable(repo: ChatRepository, session: Session) -> None:
+    repo.save(tool_chat())
+    before = snapshot(session)
+    with pytest.raises(InvalidDocument):
+        repo.save({"chat_id": "c1", "messages": [{"role": "user", "content": 1}]})
+    with pytest.raises(ConflictError):
+        repo.save(tool_chat(), expected_version=5)
+    assert snapshot(session) == before
+    repo.save(tool_chat("c2"))
+    assert repo.get("c2").chat_id == "c2"
+
+
+BAD_INPUT = [
+    42,
+    {"chat_id": "", "messages": []},
+    {"chat_id": "x" * 256},
+    {"chat_id": "bad", "messages": [{"content": "no role"}]},
+    {"chat_id": "bad", "messages": [{"role": "user", "content": 3}]},
+    {"chat_id": "bad", "messages": [{"role": "user", "content": [{"text": "no type"}]}]},
+    {"chat_id": "bad", "messages": [{"role": "u", "uid": "a"}, {"role": "u", "uid": "a"}]},
+    {"chat_id": "bad", "created_at": "not a time"},
+    {"chat_id": "bad", "feedback": [{"message_uid": "ghost"}]},
+    {"chat_id": "bad", "messages": [{"role": "user", "content": "\udc00"}]},
+]
+
+
+@pytest.mark.parametrize("data", BAD_INPUT, ids=range(len(BAD_INPUT)))
+def test_bad_input_is_refused_and_changes_nothing(repo: ChatRepository, session: Session, data: Any) -> None:
+    repo.save(tool_chat("bad"))
+    before = snapshot(session)
+    with pytest.raises(InvalidDocument):
+        repo.save(data)
+    assert snapshot(session) == before
