@@ -25,58 +25,58 @@ def as_json(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
-@pytest.mark.parametrize(
-    "message",
-    [
-        {"role": "user", "content": "hello"},
-        {"role": "assistant", "content": ""},
-        {"role": "assistant", "content": None},
-        {"role": "assistant"},
-        {"role": "user", "content": []},
-        {
-            "role": "user",
-            "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": "https://x/i.png"}],
-        },
-        {
-            "role": "user",
-            "content": [{"type": "image_url", "image_url": {"url": "https://x", "detail": "high"}}],
-        },
-        {
-            "role": "user",
-            "content": [{"type": "input_audio", "input_audio": {"data": "AAA=", "format": "mp3"}}],
-        },
-        {"role": "user", "content": [{"type": "file", "file": {"file_id": "file-1", "filename": "a.pdf"}}]},
-        {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}]},
-        {"role": "user", "content": [{"type": "hologram", "depth": [1, 2], "text": 3}]},
-        {"role": "assistant", "content": None, "refusal": "I can't.", "audio": {"id": "audio_1"}},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{not json"}},
-                {"id": "c2", "type": "custom", "custom": {"name": "g", "input": "free text"}},
-                {"function": {"name": "h"}, "arguments": "{}"},
-                {"id": "c3", "type": "function", "function": {"name": "k", "arguments": {"as": "object"}}},
-                {"id": 4, "type": None, "function": "not an object"},
-            ],
-        },
-        {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}},
-        {"role": "function", "name": "f", "content": "42"},
-        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
-        {"role": "user", "tool_call_id": "odd-but-kept", "content": "x"},
-        {"role": "critic", "content": "any role string is kept"},
-        {"role": "assistant", "content": "x", "tool_calls": None, "function_call": None, "refusal": None},
-        {
-            "role": "user",
-            "content": "x",
-            "is_intent": True,
-            "is_helper_message": False,
-            "nested": {"a": [1, None]},
-        },
-        {"role": "user", "content": "nul \x00 and private use \ue000\ue002 and emoji 😀"},
-        {"role": "assistant", "content": "x", "tool_calls": []},
-    ],
-)
+OPENAI_VARIANTS: list[dict[str, Any]] = [
+    {"role": "user", "content": "hello"},
+    {"role": "assistant", "content": ""},
+    {"role": "assistant", "content": None},
+    {"role": "assistant"},
+    {"role": "user", "content": []},
+    {
+        "role": "user",
+        "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": "https://x/i.png"}],
+    },
+    {
+        "role": "user",
+        "content": [{"type": "image_url", "image_url": {"url": "https://x", "detail": "high"}}],
+    },
+    {
+        "role": "user",
+        "content": [{"type": "input_audio", "input_audio": {"data": "AAA=", "format": "mp3"}}],
+    },
+    {"role": "user", "content": [{"type": "file", "file": {"file_id": "file-1", "filename": "a.pdf"}}]},
+    {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}]},
+    {"role": "user", "content": [{"type": "hologram", "depth": [1, 2], "text": 3}]},
+    {"role": "assistant", "content": None, "refusal": "I can't.", "audio": {"id": "audio_1"}},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{not json"}},
+            {"id": "c2", "type": "custom", "custom": {"name": "g", "input": "free text"}},
+            {"function": {"name": "h"}, "arguments": "{}"},
+            {"id": "c3", "type": "function", "function": {"name": "k", "arguments": {"as": "object"}}},
+            {"id": 4, "type": None, "function": "not an object"},
+        ],
+    },
+    {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}},
+    {"role": "function", "name": "f", "content": "42"},
+    {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    {"role": "user", "tool_call_id": "odd-but-kept", "content": "x"},
+    {"role": "critic", "content": "any role string is kept"},
+    {"role": "assistant", "content": "x", "tool_calls": None, "function_call": None, "refusal": None},
+    {
+        "role": "user",
+        "content": "x",
+        "is_intent": True,
+        "is_helper_message": False,
+        "nested": {"a": [1, None]},
+    },
+    {"role": "user", "content": "nul \x00 and private use \ue000\ue002 and emoji 😀"},
+    {"role": "assistant", "content": "x", "tool_calls": []},
+]
+
+
+@pytest.mark.parametrize("message", OPENAI_VARIANTS)
 def test_openai_message_variants_round_trip(message: dict[str, Any]) -> None:
     assert roundtrip_openai([message]) == [message]
 

@@ -94,6 +94,51 @@ def test_openai_message_lists_round_trip(session: Session, messages: list[dict[s
         savepoint.rollback()
 
 
+def test_openai_variants_round_trip_through_the_database(repo: ChatRepository) -> None:
+    from .test_document import OPENAI_VARIANTS
+
+    repo.save(ChatDocument.from_openai(OPENAI_VARIANTS, chat_id="variants"))
+    assert repo.get("variants").to_openai() == OPENAI_VARIANTS
+
+
+def test_malevich_messages_round_trip(repo: ChatRepository) -> None:
+    """Seed 002: uid, timestamps, completed, the is_* flags, tool_call_id and extra fields."""
+    messages = [
+        {
+            "uid": "m-1",
+            "created_at": "2026-02-01T10:00:00+00:00",
+            "updated_at": "2026-02-01T10:00:01+00:00",
+            "role": "user",
+            "content": [{"type": "text", "text": "Plan the assay."}],
+            "completed": True,
+            "is_intent": True,
+            "is_tool_extra_message": False,
+            "is_helper_message": False,
+            "is_reasoning": False,
+            "tool_call_id": None,
+            "channel": "web",
+        },
+        {
+            "uid": "m-2",
+            "created_at": "2026-02-01T10:00:02+00:00",
+            "role": "assistant",
+            "content": [{"type": "text", "text": "Thinking..."}],
+            "completed": False,
+            "is_reasoning": True,
+            "tool_call_id": "call-9",
+            "trace": {"spans": [1, 2]},
+        },
+    ]
+    doc = ChatDocument.parse({"chat_id": "malevich", "messages": messages})
+    repo.save(doc)
+    back = repo.get("malevich").model_dump(mode="json")["messages"]
+    for original, stored in zip(messages, back, strict=True):
+        assert {k: v for k, v in stored.items() if k not in ("created_at", "updated_at")} == {
+            k: v for k, v in original.items() if k not in ("created_at", "updated_at")
+        }
+        assert datetime.fromisoformat(stored["created_at"]) == datetime.fromisoformat(original["created_at"])  # type: ignore[arg-type]
+
+
 HOSTILE = [
     "",
     "'; DROP TABLE chats; --",

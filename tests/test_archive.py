@@ -1,0 +1,93 @@
+"""ChatArchive: one transaction per call, transaction(), configuration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chatarchive import (
+    DEFAULT_URL,
+    ChatArchive,
+    ChatDocument,
+    ChatNotFound,
+    ConflictError,
+    InvalidDocument,
+    database_url,
+)
+
+
+def chat(chat_id: str, text: str = "hi", **fields: object) -> ChatDocument:
+    return ChatDocument.from_openai([{"role": "user", "content": text}], chat_id=chat_id, **fields)
+
+
+def test_every_call_commits_on_its_own(archive: ChatArchive) -> None:
+    assert archive.save(chat("a", user_id="u")) == 1
+    other = ChatArchive(engine=archive.engine)  # a second facade sees committed data
+    assert other.get("a").to_openai() == [{"role": "user", "content": "hi"}]
+    archive.append("a", [{"role": "assistant", "content": "hello"}])
+    archive.add_feedback("a", {"score": 1})
+    assert archive.update("a", title="T") == 4
+    assert [c.chat_id for c in archive.list_chats().items] == ["a"]
+    assert [d.chat_id for d in archive.get_many(["a", "b"])] == ["a"]
+    assert [d.chat_id for d in archive.export(batch_size=1)] == ["a"]
+    assert archive.delete_user("u") == 1
+    with pytest.raises(ChatNotFound):
+        other.get("a")
+
+
+def test_transaction_commits_together_or_not_at_all(archive: ChatArchive) -> None:
+    with archive.transaction() as repo:
+        repo.save(chat("a"))
+        repo.save(chat("b"))
+    assert len(archive.get_many(["a", "b"])) == 2
+
+    def failing_unit_of_work() -> None:
+        with archive.transaction() as repo:
+            repo.save(chat("c"))
+            repo.delete("a")
+            raise RuntimeError("application failure")
+
+    with pytest.raises(RuntimeError):
+        failing_unit_of_work()
+    assert [d.chat_id for d in archive.get_many(["a", "b", "c"])] == ["a", "b"]
+
+
+def test_a_failed_call_inside_a_transaction_leaves_the_rest(archive: ChatArchive) -> None:
+    with archive.transaction() as repo:
+        repo.save(chat("a"))
+        with pytest.raises(ConflictError):
+            repo.save(chat("a", "again"), expected_version=0)
+        with pytest.raises(InvalidDocument):
+            repo.append("a", [{"role": 1}])
+        repo.append("a", [{"role": "assistant", "content": "still fine"}])
+    assert [m.content for m in archive.get("a").messages] == ["hi", "still fine"]
+
+
+def test_export_streams_in_batches(archive: ChatArchive) -> None:
+    for index in range(7):
+        archive.save(chat(f"c{index}", user_id="x" if index % 2 else "y"))
+    assert [d.chat_id for d in archive.export(batch_size=3)] == [f"c{i}" for i in range(7)]
+    assert [d.chat_id for d in archive.export(user_id="x", batch_size=2)] == ["c1", "c3", "c5"]
+
+
+def test_database_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CHATARCHIVE_DATABASE_URL", raising=False)
+    assert database_url().render_as_string() == DEFAULT_URL
+    monkeypatch.setenv("CHATARCHIVE_DATABASE_URL", "postgresql://me@db.example/chats")
+    assert database_url().drivername == "postgresql+psycopg"
+    assert database_url("postgres://h/db").drivername == "postgresql+psycopg"
+    assert database_url("sqlite:///x.db").drivername == "sqlite"
+
+
+def test_default_archive_lives_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CHATARCHIVE_DATABASE_URL", raising=False)
+    with ChatArchive() as archive:
+        archive.upgrade()
+        archive.save(chat("here"))
+        assert archive.current_revision() is not None
+        assert archive.check() == []
+    assert (tmp_path / "chatarchive.db").exists()
