@@ -13,8 +13,9 @@ from sqlalchemy.orm import Session
 
 from ._document import ChatDocument, ChatPage, Feedback, Message
 from ._engine import create_engine
-from ._exceptions import SchemaNotReady, database_errors
-from ._repository import ChatChanges, ChatRepository
+from ._exceptions import InvalidDocument, SchemaNotReady, database_errors
+from ._ingest import prepared_batches
+from ._repository import ChatChanges, ChatRepository, OnError
 from ._schema import SCHEMA_REVISION, VERSION_TABLE
 
 __all__ = ["ChatArchive"]
@@ -101,6 +102,35 @@ class ChatArchive:
     def save(self, doc: ChatDocument | Mapping[str, Any], *, expected_version: int | None = None) -> int:
         """Insert or replace a chat; see :meth:`ChatRepository.save`."""
         return self._call(lambda repo: repo.save(doc, expected_version=expected_version))
+
+    def save_many(
+        self,
+        docs: Iterable[ChatDocument | Mapping[str, Any]],
+        *,
+        batch_size: int = 250,
+        bulk: bool = False,
+        on_error: OnError | None = None,
+    ) -> int:
+        """Save many chats fast; see :meth:`ChatRepository.save_many`.
+
+        Each batch of ``batch_size`` documents is committed in its own
+        transaction, so memory and lock time stay bounded and a retried import
+        simply replaces what was saved. With ``bulk=True`` the whole load is one
+        transaction holding exclusive locks on the archive's tables. For an
+        all-or-nothing import, call ``save_many`` on :meth:`transaction`'s repository.
+        """
+        if bulk:
+            return self._call(
+                lambda repo: repo.save_many(docs, batch_size=batch_size, bulk=True, on_error=on_error)
+            )
+        if batch_size < 1:
+            raise InvalidDocument("batch_size must be at least 1", field="batch_size")
+        self._require_schema()
+        saved = 0
+        for batch in prepared_batches(docs, batch_size, stop_at_error=on_error is None):
+            with self._session(savepoints=False) as repo:
+                saved += repo._save_prepared(batch, on_error)
+        return saved
 
     def get(self, chat_id: str) -> ChatDocument:
         """The stored chat; see :meth:`ChatRepository.get`."""

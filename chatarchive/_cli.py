@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
+from itertools import count
 from typing import IO, Any, NoReturn
 
 import click
@@ -133,8 +135,18 @@ def db_check() -> None:
 @main.command("import")
 @click.argument("paths", nargs=-1, required=True, metavar="PATH... | -")
 @click.option("--strict", is_flag=True, help="All or nothing: one transaction, stop at the first bad record.")
-def import_(paths: tuple[str, ...], strict: bool) -> None:
-    """Import chats from JSON or JSONL files ('-' reads standard input).
+@click.option(
+    "--bulk",
+    is_flag=True,
+    help="Bulk-load mode (PostgreSQL): one transaction that drops foreign keys and secondary indexes, "
+    "loads, and re-creates them. Locks the archive's tables while it runs; use it only when nothing "
+    "else writes to the archive.",
+)
+@click.option(
+    "--batch-size", default=1000, show_default=True, type=click.IntRange(min=1), help="Chats per batch."
+)
+def import_(paths: tuple[str, ...], strict: bool, bulk: bool, batch_size: int) -> None:
+    """Import chats from JSON or JSON Lines files ('-' reads standard input).
 
     A file may hold a chat document, a list of documents, a bare OpenAI
     message list (one chat), or JSON Lines of these. Chats already stored
@@ -142,29 +154,45 @@ def import_(paths: tuple[str, ...], strict: bool) -> None:
     and line; the good ones are kept (unless --strict).
     """
     archive = _state().archive
-    imported = failed = 0
-    with _progress() as (progress, task):
+    failed = 0
+    # Where the documents in flight came from: a failed write names one of the
+    # current batch, so the last batch_size documents are enough to remember.
+    in_flight: deque[tuple[int, str]] = deque(maxlen=batch_size + 1)
+
+    def report(where: str, reason: object) -> None:
+        nonlocal failed
+        if strict:
+            _fail(f"{where}: {reason} (nothing imported)")
+        failed += 1
+        _stderr.print(f"{where}: {reason}", markup=False)
+
+    def on_error(index: int, error: ChatArchiveError) -> None:
+        report(next((where for i, where in in_flight if i == index), "?"), error)
+
+    def documents(advance: Callable[[], None]) -> Iterator[ChatDocument]:
+        positions = count()
+        for record in _records(paths):
+            advance()
+            try:
+                document = _document(record)
+            except ChatArchiveError as exc:
+                report(record.where, exc)
+                continue
+            in_flight.append((next(positions), record.where))
+            yield document
+
+    with _progress() as advance:
         if strict:
             with archive.transaction() as repository:
-                for record in _records(paths):
-                    try:
-                        repository.save(_document(record))
-                    except ChatArchiveError as exc:
-                        _fail(f"{record.where}: {exc} (nothing imported)")
-                    imported += 1
-                    progress.update(task, advance=1)
+                imported = repository.save_many(
+                    documents(advance), batch_size=batch_size, bulk=bulk, on_error=on_error
+                )
         else:
-            for record in _records(paths):
-                try:
-                    archive.save(_document(record))
-                    imported += 1
-                except ChatArchiveError as exc:
-                    failed += 1
-                    _stderr.print(f"{record.where}: {exc}", markup=False)
-                progress.update(task, advance=1)
-    _stderr.print(
-        f"imported {imported} chat{'s' if imported != 1 else ''}" + (f", {failed} failed" if failed else "")
-    )
+            imported = archive.save_many(
+                documents(advance), batch_size=batch_size, bulk=bulk, on_error=on_error
+            )
+    summary = f"imported {imported} chat{'s' if imported != 1 else ''}"
+    _stderr.print(summary + (f", {failed} failed" if failed else ""))
     if failed:
         sys.exit(1)
 
@@ -192,7 +220,7 @@ class _RecordError(ChatArchiveError):
 
 
 @contextmanager
-def _progress() -> Iterator[tuple[Progress, Any]]:
+def _progress() -> Iterator[Callable[[], None]]:
     progress = Progress(
         SpinnerColumn(),
         TextColumn("importing"),
@@ -202,7 +230,8 @@ def _progress() -> Iterator[tuple[Progress, Any]]:
         transient=True,
     )
     with progress:
-        yield progress, progress.add_task("import", total=None)
+        task = progress.add_task("import", total=None)
+        yield lambda: progress.update(task, advance=1)
 
 
 @main.command("export")
@@ -293,6 +322,62 @@ def rm(chat_id: str | None, user_id: str | None, yes: bool) -> None:
         click.confirm(f"Delete every chat of user {user_id!r}?", abort=True, err=True)
     count = archive.delete_user(user_id)
     _stderr.print(f"deleted {count} chat{'s' if count != 1 else ''} of user {user_id}", markup=False)
+
+
+# -- bench -----------------------------------------------------------------------
+
+
+@main.command("bench")
+@click.option(
+    "--chats", default=2000, show_default=True, type=click.IntRange(min=1), help="Chats in the workload."
+)
+@click.option(
+    "--messages", default=20, show_default=True, type=click.IntRange(min=2), help="Messages per chat."
+)
+@click.option("--seed", default=0, show_default=True, help="Seed of the synthetic workload.")
+@click.option(
+    "--runs", default=3, show_default=True, type=click.IntRange(min=1), help="Runs per figure (median)."
+)
+@click.option(
+    "--keep", is_flag=True, help="Run in the --db database itself (its chatarchive tables are emptied)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def bench(chats: int, messages: int, seed: int, runs: int, keep: bool, as_json: bool) -> None:
+    """Measure ingest, reads, storage and memory against the database's own limits.
+
+    Runs in a throwaway database created next to --db (dropped afterwards)
+    unless --keep is given. Ratios compare figures measured in the same run.
+    """
+    from ._bench import run_bench
+
+    progress = Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), console=_stderr, transient=True
+    )
+    with progress:
+        task = progress.add_task("bench", total=None)
+
+        def report(phase: str, done: int, total: int) -> None:
+            progress.update(task, description=phase, completed=done, total=total)
+
+        result = run_bench(
+            _state().url, chats=chats, messages=messages, seed=seed, runs=runs, keep=keep, progress=report
+        )
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    _stdout.print(
+        f"{result.chats} chats, {result.messages} messages, {result.tool_calls} tool calls; "
+        f"median of {result.runs} runs; {result.database}",
+        markup=False,
+    )
+    figures = Table("figure", "value")
+    for name, value in result.figures.items():
+        figures.add_row(name, "n/a" if value is None else f"{value:,.3f}" if value < 100 else f"{value:,.0f}")
+    _stdout.print(figures)
+    ratios = Table("ratio", "value")
+    for name, value in result.ratios().items():
+        ratios.add_row(name, "n/a" if value is None else f"{value:.2f}")
+    _stdout.print(ratios)
 
 
 # -- quickstart ------------------------------------------------------------------

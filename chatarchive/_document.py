@@ -88,29 +88,64 @@ class _PathError(ValueError):
         self.path = path
 
 
-def _check_json(value: object, path: tuple[str | int, ...]) -> None:
-    """Reject what JSON (and so the archive) cannot hold: non-JSON types,
-    non-string keys, NaN and infinities, strings that are not valid Unicode."""
+def _valid_unicode(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+_PLAIN_SCALARS = frozenset({bool, int, type(None), datetime})
+_BAD_UNICODE = "string is not valid Unicode (lone surrogate)"
+
+
+def _json_problem(value: object) -> _PathError | None:
+    """What JSON (and so the archive) cannot hold: non-JSON types, non-string
+    keys, NaN and infinities, strings that are not valid Unicode. The path is
+    built only when something is wrong (innermost first, reversed at the end)."""
+    kind = type(value)
+    if kind is str:
+        return None if _valid_unicode(value) else _PathError(_BAD_UNICODE, ())  # type: ignore[arg-type]
+    if kind is dict:
+        for key, item in value.items():  # type: ignore[attr-defined]
+            if type(key) is not str:
+                return _PathError(f"object key {key!r} is not a string", ())
+            if not _valid_unicode(key):
+                return _PathError(_BAD_UNICODE, ())
+            if type(item) not in _PLAIN_SCALARS and (problem := _json_problem(item)):
+                problem.path = (*problem.path, key)
+                return problem
+        return None
+    if kind is list:
+        for index, item in enumerate(value):  # type: ignore[arg-type]
+            if type(item) not in _PLAIN_SCALARS and (problem := _json_problem(item)):
+                problem.path = (*problem.path, index)
+                return problem
+        return None
+    if kind is float:
+        return None if math.isfinite(value) else _PathError(f"{value} is not a JSON number", ())  # type: ignore[arg-type]
+    if kind in _PLAIN_SCALARS or isinstance(value, (BaseModel, bool, int)):
+        return None
+    # Subclasses (a StrEnum, an OrderedDict, ...) are checked as their base type.
     if isinstance(value, str):
-        if not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise _PathError("string is not valid Unicode (lone surrogate)", path) from None
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise _PathError(f"object key {key!r} is not a string", path)
-            _check_json(key, path)
-            _check_json(item, (*path, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _check_json(item, (*path, index))
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise _PathError(f"{value} is not a JSON number", path)
-    elif value is not None and not isinstance(value, (bool, int, datetime, BaseModel)):
-        raise _PathError(f"a {type(value).__name__} is not a JSON value", path)
+        return _json_problem(str.__str__(value))
+    if isinstance(value, float):
+        return _json_problem(float(value))
+    if isinstance(value, dict):
+        return _json_problem(dict(value))
+    if isinstance(value, list):
+        return _json_problem(list(value))
+    return _PathError(f"a {kind.__name__} is not a JSON value", ())
+
+
+def _check_json(value: object, name: str) -> None:
+    problem = _json_problem(value)
+    if problem is not None:
+        problem.path = (name, *reversed(problem.path))
+        raise problem
 
 
 class _Record(BaseModel):
@@ -133,12 +168,19 @@ class _Record(BaseModel):
     def _values_are_json(self, info: ValidationInfo) -> Self:
         if info.context is not None and info.context.get("trusted"):
             return self  # read back from the archive, checked when it was written
-        for name, value in self.__dict__.items():
+        # Only what the input gave can be wrong: defaults are fine. Typed lists of
+        # records (messages, parts, tool calls) were checked record by record.
+        values = self.__dict__
+        extra = self.__pydantic_extra__ or {}
+        for name in self.__pydantic_fields_set__:
+            value = values[name] if name in values else extra.get(name)
+            kind = type(value)
+            if kind in _PLAIN_SCALARS or (kind is str and value.isascii()):  # type: ignore[union-attr]
+                continue
+            if kind is list and value and isinstance(value[0], BaseModel):
+                continue
             if not isinstance(value, BaseModel):
-                _check_json(value, (name,))
-        if self.__pydantic_extra__:
-            for name, value in self.__pydantic_extra__.items():
-                _check_json(value, (name,))
+                _check_json(value, name)
         return self
 
     @model_serializer(mode="wrap")

@@ -1,7 +1,7 @@
 """Documents to rows and rows to documents: the one place that knows both shapes.
 
-The split is generic and lossless by construction: a model is dumped to its
-canonical dict, the keys that have a column are moved into their columns (only
+The split is generic and lossless by construction: of the keys a record was
+given (its canonical JSON), those that have a column go into their columns (only
 when the value has the column's type), and whatever is left is kept as JSON in
 ``extra`` / ``data``. Reading merges the two back. A ``NULL`` column therefore
 means "not given, or kept in the JSON" and never loses an explicit ``null``.
@@ -10,12 +10,14 @@ means "not given, or kept in the JSON" and never loses an explicit ``null``.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ._document import ChatDocument, Feedback, Message
+from pydantic import BaseModel
+
+from ._document import ChatDocument, ContentPart, Feedback, Message, ToolCall
 
 __all__ = [
     "TRUSTED",
@@ -57,12 +59,31 @@ class ChatRows(MessageRows):
     feedback: list[Row] = field(default_factory=list)
 
 
-def _take(data: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
-    """Pop ``key`` if its value has the column's type; otherwise leave it in ``data``."""
-    value = data.get(key)
-    if value is not None and isinstance(value, kind) and not isinstance(value, bool):
-        return data.pop(key)
-    return None
+def _given(record: BaseModel) -> Iterator[tuple[str, Any]]:
+    """The fields the input named (with their values), then the unknown keys."""
+    values = record.__dict__
+    for name in record.__pydantic_fields_set__:
+        if name in values:
+            yield name, values[name]
+    if record.__pydantic_extra__:
+        yield from record.__pydantic_extra__.items()
+
+
+def _plain(value: Any) -> Any:
+    """A field's value as canonical JSON data (records become their dicts)."""
+    if isinstance(value, BaseModel):
+        return {name: _plain(item) for name, item in _given(value)}
+    if type(value) is list and value and isinstance(value[0], BaseModel):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _is_text(value: Any) -> bool:
+    return type(value) is str
+
+
+def _is_int32(value: Any) -> bool:
+    return type(value) is int and value in _INT32
 
 
 def _text_key(part_type: str | None) -> str:
@@ -76,20 +97,26 @@ def _call_keys(call_type: str | None) -> tuple[str, str]:
 
 def document_to_rows(doc: ChatDocument, *, now: datetime, version: int) -> ChatRows:
     """The rows that store ``doc``; missing timestamps become ``now``."""
-    data = doc.model_dump()
     chat_id = doc.chat_id
-    del data["chat_id"], data["messages"], data["feedback"], data["tags"]
     rows = ChatRows()
-    rows.chat = {
+    chat: Row = {
         "chat_id": chat_id,
-        **{name: _take(data, name, str) for name in _CHAT_TEXT_COLUMNS},
-        **{name: _take(data, name, dict) for name in _CHAT_JSON_COLUMNS},
-        "created_at": data.pop("created_at", None) or now,
-        "updated_at": data.pop("updated_at", None) or now,
+        "created_at": doc.created_at or now,
+        "updated_at": doc.updated_at or now,
         "message_count": len(doc.messages),
         "version": version,
+        **dict.fromkeys((*_CHAT_TEXT_COLUMNS, *_CHAT_JSON_COLUMNS)),
     }
-    rows.chat["extra"] = data or None
+    extra: Row = {}
+    for name, value in _given(doc):
+        if name in _CHAT_SKIPPED:
+            continue
+        if name in _CHAT_COLUMN_TYPES and type(value) is _CHAT_COLUMN_TYPES[name]:
+            chat[name] = value
+        else:
+            extra[name] = _plain(value)
+    chat["extra"] = extra or None
+    rows.chat = chat
     rows.tags = [
         {"chat_id": chat_id, "tag": tag, "position": position} for position, tag in enumerate(doc.tags)
     ]
@@ -98,6 +125,15 @@ def document_to_rows(doc: ChatDocument, *, now: datetime, version: int) -> ChatR
         feedback_to_row(chat_id, position, item, now=now) for position, item in enumerate(doc.feedback)
     ]
     return rows
+
+
+_CHAT_COLUMN_TYPES: dict[str, type] = {
+    **dict.fromkeys(_CHAT_TEXT_COLUMNS, str),
+    **dict.fromkeys(_CHAT_JSON_COLUMNS, dict),
+}
+_CHAT_SKIPPED = frozenset({"chat_id", "created_at", "updated_at", "tags", "messages", "feedback", "version"})
+_MESSAGE_SKIPPED = frozenset({"uid", "role", "completed", "created_at", "content", "tool_calls", "usage"})
+_MESSAGE_COLUMNS = frozenset({*_MESSAGE_TEXT_COLUMNS, "updated_at"})
 
 
 def messages_to_rows(
@@ -112,60 +148,79 @@ def _add_messages(
     rows: MessageRows, chat_id: str, messages: Sequence[Message], first: int, now: datetime
 ) -> None:
     for position, message in enumerate(messages, start=first):
-        data = message.model_dump()
+        values = message.__dict__
+        given = message.__pydantic_fields_set__
         row: Row = {
             "chat_id": chat_id,
             "position": position,
-            "uid": data.pop("uid"),
-            "role": data.pop("role"),
-            "completed": data.pop("completed"),
-            "created_at": data.pop("created_at", None) or now,
-            "updated_at": _take(data, "updated_at", datetime),
+            "uid": values["uid"],
+            "role": values["role"],
+            "completed": values["completed"],
+            "created_at": values["created_at"] or now,
+            "updated_at": None,
+            "name": None,
+            "tool_call_id": None,
+            "model": None,
+            "finish_reason": None,
+            "prompt_tokens": None,
+            "completion_tokens": None,
+            "total_tokens": None,
         }
-        for name in _MESSAGE_TEXT_COLUMNS:
-            row[name] = _take(data, name, str)
-        _split_usage(data, row)
-        _split_content(data, row, rows.parts, chat_id, position)
-        calls = data.get("tool_calls")
-        if isinstance(calls, list) and calls:
-            del data["tool_calls"]
+        extra: Row = dict(message.__pydantic_extra__) if message.__pydantic_extra__ else {}
+        for name in given:
+            if name in _MESSAGE_SKIPPED or name not in values:
+                continue
+            value = values[name]
+            if name in _MESSAGE_COLUMNS and value is not None:
+                row[name] = value
+            else:
+                extra[name] = value  # refusal, audio, function_call, or an explicit null
+        content = values["content"]
+        if content is None:
+            row["content_form"] = "null" if "content" in given else "absent"
+        elif type(content) is str:
+            row["content_form"] = "string"
+            rows.parts.append(_part_row(chat_id, position, 0, "text", content, None))
+        else:
+            row["content_form"] = "parts"
+            rows.parts.extend(
+                _content_part_row(chat_id, position, index, part) for index, part in enumerate(content)
+            )
+        calls = values["tool_calls"]
+        if calls:
             rows.tool_calls.extend(
                 _tool_call_row(chat_id, position, index, call) for index, call in enumerate(calls)
             )
-        row["extra"] = data or None
+        elif "tool_calls" in given:
+            extra["tool_calls"] = calls  # null or []
+        usage = values["usage"]
+        if usage is not None:
+            remainder = {}
+            for name, value in _given(usage):
+                if name in _TOKEN_COLUMNS and _is_int32(value):
+                    row[name] = value
+                else:
+                    remainder[name] = value
+            if remainder or all(row[name] is None for name in _TOKEN_COLUMNS):
+                extra["usage"] = remainder
+        elif "usage" in given:
+            extra["usage"] = None
+        row["extra"] = extra or None
         rows.messages.append(row)
 
 
-def _split_usage(data: dict[str, Any], row: Row) -> None:
-    usage = data.get("usage")
-    for name in _TOKEN_COLUMNS:
-        row[name] = None
-    if not isinstance(usage, dict):
-        return
-    for name in _TOKEN_COLUMNS:
-        value = usage.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value in _INT32:
-            row[name] = usage.pop(name)
-    if not usage and any(row[name] is not None for name in _TOKEN_COLUMNS):
-        del data["usage"]
-
-
-def _split_content(data: dict[str, Any], row: Row, parts: list[Row], chat_id: str, position: int) -> None:
-    if "content" not in data:
-        row["content_form"] = "absent"
-        return
-    content = data.pop("content")
-    if content is None:
-        row["content_form"] = "null"
-    elif isinstance(content, str):
-        row["content_form"] = "string"
-        parts.append(_part_row(chat_id, position, 0, "text", content, None))
-    else:
-        row["content_form"] = "parts"
-        for index, part in enumerate(content):
-            part_type = part.pop("type")
-            text = _take(part, _text_key(part_type), str)
-            parts.append(_part_row(chat_id, position, index, part_type, text, part or None))
+def _content_part_row(chat_id: str, message: int, position: int, part: ContentPart) -> Row:
+    part_type = part.type
+    text_key = _text_key(part_type)
+    text = part.__dict__.get(text_key)
+    if type(text) is not str:
+        text = None
+    data = {
+        name: value
+        for name, value in _given(part)
+        if name != "type" and not (name == text_key and text is not None)
+    }
+    return _part_row(chat_id, message, position, part_type, text, data or None)
 
 
 def _part_row(chat_id: str, message: int, position: int, part_type: str, text: str | None, data: Any) -> Row:
@@ -179,17 +234,26 @@ def _part_row(chat_id: str, message: int, position: int, part_type: str, text: s
     }
 
 
-def _tool_call_row(chat_id: str, message: int, position: int, call: dict[str, Any]) -> Row:
-    call_id = _take(call, "id", str)
-    call_type = _take(call, "type", str)
+def _tool_call_row(chat_id: str, message: int, position: int, call: ToolCall) -> Row:
+    call_id = call.id if _is_text(call.id) else None
+    call_type = call.type if _is_text(call.type) else None
     body_key, text_key = _call_keys(call_type)
     name = arguments = None
-    body = call.get(body_key)
-    if isinstance(body, dict):
-        name = _take(body, "name", str)
-        arguments = _take(body, text_key, str)
-        if not body and (name is not None or arguments is not None):
-            del call[body_key]
+    data: Row = {}
+    for key, value in _given(call):
+        if (key == "id" and call_id is not None) or (key == "type" and call_type is not None):
+            continue
+        value = _plain(value)
+        if key == body_key and type(value) is dict:
+            body = dict(value)
+            if _is_text(body.get("name")):
+                name = body.pop("name")
+            if _is_text(body.get(text_key)):
+                arguments = body.pop(text_key)
+            if body or (name is None and arguments is None):
+                data[key] = body
+        else:
+            data[key] = value
     return {
         "chat_id": chat_id,
         "message_position": message,
@@ -198,25 +262,32 @@ def _tool_call_row(chat_id: str, message: int, position: int, call: dict[str, An
         "type": call_type,
         "name": name,
         "arguments": arguments,
-        "data": call or None,
+        "data": data or None,
     }
 
 
 def feedback_to_row(chat_id: str, position: int, item: Feedback, *, now: datetime) -> Row:
-    data = item.model_dump()
     row: Row = {
         "chat_id": chat_id,
-        "id": data.pop("id"),
+        "id": item.id,
         "position": position,
-        "created_at": data.pop("created_at", None) or now,
+        "created_at": item.created_at or now,
+        "score": None,
+        **dict.fromkeys(_FEEDBACK_TEXT_COLUMNS),
     }
-    for name in _FEEDBACK_TEXT_COLUMNS:
-        row[name] = _take(data, name, str)
-    score = data.get("score")
-    row["score"] = None
-    if isinstance(score, float) or (isinstance(score, int) and abs(score) <= _EXACT_FLOAT):
-        row["score"] = _take(data, "score", (int, float))
-    row["extra"] = data or None
+    extra: Row = {}
+    for name, value in _given(item):
+        if name in ("id", "created_at"):
+            continue
+        if name in _FEEDBACK_TEXT_COLUMNS and value is not None:
+            row[name] = value
+        elif name == "score" and (
+            type(value) is float or (type(value) is int and abs(value) <= _EXACT_FLOAT)
+        ):
+            row[name] = value
+        else:
+            extra[name] = value
+    row["extra"] = extra or None
     return row
 
 

@@ -1,0 +1,430 @@
+"""``chatarchive bench``: chatarchive's speed, measured against the database's own limits.
+
+Like ``pgbench`` for this schema: a deterministic synthetic workload is loaded
+and read in one run, and every figure is reported next to a reference measured
+in that same run (raw ``COPY`` of the same rows, JSONB-blob designs, hand-written
+queries), so that the ratios, not the machine, are what is compared.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import random
+import statistics
+import tempfile
+import time
+import tracemalloc
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import URL, Engine, make_url, text
+
+from ._archive import ChatArchive
+from ._document import ChatDocument
+from ._engine import create_engine, database_url
+from ._ingest import copy_plan
+from ._rows import ChatRows, document_to_rows
+from ._schema import metadata
+from ._workload import generate_chats
+
+__all__ = ["BenchReport", "run_bench"]
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+_TABLES = [table.name for table in metadata.sorted_tables]
+
+
+@dataclass
+class BenchReport:
+    """Every figure of one run; ``None`` where the database does not apply."""
+
+    database: str
+    chats: int
+    messages: int
+    tool_calls: int
+    runs: int
+    figures: dict[str, float | None] = field(default_factory=dict)
+
+    def ratio(self, numerator: str, denominator: str) -> float | None:
+        top, bottom = self.figures.get(numerator), self.figures.get(denominator)
+        return None if top is None or not bottom else top / bottom
+
+    def ratios(self) -> dict[str, float | None]:
+        return {
+            "save_many / raw COPY (own schema)": self.ratio("ingest_save_many", "ingest_raw_copy_own"),
+            "save_many / JSONB row per message": self.ratio("ingest_save_many", "ingest_jsonb_per_message"),
+            "bulk / raw COPY (primary keys only)": self.ratio("ingest_bulk", "ingest_raw_copy_pk_only"),
+            "JSONB doc per chat / raw COPY (primary keys only)": self.ratio(
+                "ingest_jsonb_per_chat", "ingest_raw_copy_pk_only"
+            ),
+            "get / hand-written 4-query read": self.ratio("get_median_ms", "get_by_hand_median_ms"),
+            "append at 1,000 / append at 10 messages": self.ratio(
+                "append_1000_median_ms", "append_10_median_ms"
+            ),
+            "storage / JSONB doc per chat": self.ratio("bytes_per_message", "bytes_per_message_jsonb_doc"),
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "database": self.database,
+            "chats": self.chats,
+            "messages": self.messages,
+            "tool_calls": self.tool_calls,
+            "runs": self.runs,
+            "figures": self.figures,
+            "ratios": self.ratios(),
+        }
+
+
+def run_bench(
+    url: str | URL | None,
+    *,
+    chats: int = 2000,
+    messages: int = 20,
+    seed: int = 0,
+    runs: int = 3,
+    keep: bool = False,
+    progress: Progress | None = None,
+) -> BenchReport:
+    """Load and read the synthetic workload; see the module docstring."""
+    report_progress = progress or (lambda phase, done, total: None)
+    docs = list(generate_chats(chats, messages, seed))
+    # The workload stays in memory for the whole run (as do the pre-built rows of
+    # the raw COPY baseline): move it out of the garbage collector's way so that
+    # it is not rescanned by every collection the measured code triggers.
+    gc.collect()
+    gc.freeze()
+    with _database(database_url(url), keep=keep) as target:
+        engine = create_engine(target)
+        archive = ChatArchive(engine=engine)
+        try:
+            archive.upgrade()
+            bench = _Bench(archive, engine, docs, runs, seed, report_progress)
+            return bench.run()
+        finally:
+            engine.dispose()
+            gc.unfreeze()
+
+
+@contextmanager
+def _database(url: URL, *, keep: bool) -> Iterator[URL]:
+    """The database to run in: ``url`` itself with ``keep``, else a throwaway one."""
+    if keep:
+        yield url
+        return
+    if url.get_backend_name() == "sqlite":
+        with tempfile.TemporaryDirectory(prefix="chatarchive-bench-") as directory:
+            yield make_url(f"sqlite:///{Path(directory) / 'bench.db'}")
+        return
+    import psycopg
+
+    name = f"chatarchive_bench_{uuid.uuid4().hex[:10]}"
+    server = url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield url.set(database=name)
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def _p95(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+class _Bench:
+    def __init__(
+        self,
+        archive: ChatArchive,
+        engine: Engine,
+        docs: list[dict[str, Any]],
+        runs: int,
+        seed: int,
+        progress: Progress,
+    ) -> None:
+        self.archive = archive
+        self.engine = engine
+        self.docs = docs
+        self.runs = runs
+        self.rng = random.Random(seed + 1)
+        self.progress = progress
+        self.postgres = engine.dialect.name == "postgresql"
+        self.message_total = sum(len(doc["messages"]) for doc in docs)
+        self.figures: dict[str, float | None] = {}
+
+    def run(self) -> BenchReport:
+        tool_calls = sum(len(m.get("tool_calls") or ()) for doc in self.docs for m in doc["messages"])
+        self._ingest()
+        self._storage()
+        self._reads()
+        self._memory()
+        return BenchReport(
+            database=self.engine.url.render_as_string(),
+            chats=len(self.docs),
+            messages=self.message_total,
+            tool_calls=tool_calls,
+            runs=self.runs,
+            figures=self.figures,
+        )
+
+    # -- ingest ------------------------------------------------------------------
+
+    def _truncate(self, schema: str = "public") -> None:
+        with self.engine.begin() as connection:
+            if self.postgres:
+                connection.execute(text(f"TRUNCATE {', '.join(f'{schema}.{t}' for t in _TABLES)}"))
+            else:
+                for table in reversed(_TABLES):
+                    connection.execute(text(f"DELETE FROM {table}"))
+
+    def _rate(self, seconds: float) -> float:
+        return self.message_total / seconds
+
+    def _ingest(self) -> None:
+        ways: dict[str, Callable[[], float]] = {
+            "ingest_save_many": self._time_save_many,
+            "ingest_bulk": self._time_bulk,
+        }
+        if self.postgres:
+            rows = self._rows()
+            gc.freeze()
+            self._create_pk_only_schema()
+            ways |= {
+                "ingest_raw_copy_own": lambda: self._time_raw_copy(rows, "public"),
+                "ingest_raw_copy_pk_only": lambda: self._time_raw_copy(rows, "bench_pk_only"),
+                "ingest_jsonb_per_chat": self._time_jsonb_per_chat,
+                "ingest_jsonb_per_message": self._time_jsonb_per_message,
+            }
+        total = self.runs * len(ways)
+        timings: dict[str, list[float]] = {name: [] for name in ways}
+        for run in range(self.runs):
+            for index, (name, measure) in enumerate(ways.items()):
+                self.progress(f"ingest: {name.removeprefix('ingest_')}", run * len(ways) + index, total)
+                timings[name].append(self._rate(measure()))
+        for name, rates in timings.items():
+            self.figures[name] = _median(rates)
+        self.progress("ingest", total, total)
+        # Leave the workload loaded for the reads.
+        self._truncate()
+        self.archive.save_many(self.docs)
+
+    def _time_save_many(self) -> float:
+        self._truncate()
+        start = time.perf_counter()
+        self.archive.save_many(self.docs)
+        return time.perf_counter() - start
+
+    def _time_bulk(self) -> float:
+        self._truncate()
+        start = time.perf_counter()
+        self.archive.save_many(self.docs, bulk=True)
+        return time.perf_counter() - start
+
+    def _rows(self) -> list[ChatRows]:
+        now = datetime.now().astimezone()
+        return [document_to_rows(ChatDocument.parse(doc), now=now, version=1) for doc in self.docs]
+
+    def _create_pk_only_schema(self) -> None:
+        with self.engine.begin() as connection:
+            connection.execute(text("DROP SCHEMA IF EXISTS bench_pk_only CASCADE"))
+            connection.execute(text("CREATE SCHEMA bench_pk_only"))
+            for table in metadata.sorted_tables:
+                keys = ", ".join(column.name for column in table.primary_key.columns)
+                connection.execute(
+                    text(
+                        f"CREATE TABLE bench_pk_only.{table.name} "
+                        f"(LIKE public.{table.name} INCLUDING DEFAULTS, PRIMARY KEY ({keys}))"
+                    )
+                )
+
+    def _time_raw_copy(self, rows: list[ChatRows], schema: str) -> float:
+        """The same rows, already converted, through binary COPY and nothing else."""
+        self._truncate(schema)
+        tables = {
+            "chats": [r.chat for r in rows],
+            "chat_tags": [t for r in rows for t in r.tags],
+            "messages": [m for r in rows for m in r.messages],
+            "content_parts": [p for r in rows for p in r.parts],
+            "tool_calls": [c for r in rows for c in r.tool_calls],
+            "feedback": [f for r in rows for f in r.feedback],
+        }
+        plans = {table.name: copy_plan(table) for table in metadata.sorted_tables}
+        prepared = {
+            name: [tuple(row[column] for column in plans[name].columns) for row in table_rows]
+            for name, table_rows in tables.items()
+        }
+        from psycopg.types.json import Jsonb
+
+        for table_rows in prepared.values():
+            for index, row in enumerate(table_rows):
+                table_rows[index] = tuple(Jsonb(value) if type(value) is dict else value for value in row)
+        with self._driver() as connection:
+            start = time.perf_counter()
+            with connection.cursor() as cursor:
+                for name in _TABLES:
+                    plan = plans[name]
+                    with cursor.copy(
+                        plan.statement.replace(f"COPY {name} ", f"COPY {schema}.{name} ", 1)
+                    ) as copy:
+                        copy.set_types(plan.types)
+                        for row in prepared[name]:
+                            copy.write_row(row)
+            connection.commit()
+            return time.perf_counter() - start
+
+    @contextmanager
+    def _driver(self) -> Iterator[Any]:
+        import psycopg
+
+        url = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        with psycopg.connect(url) as connection:
+            yield connection
+
+    def _time_jsonb_per_chat(self) -> float:
+        """The JSONB-blob design: one document per chat, executemany in a pipeline."""
+        with self._driver() as connection:
+            connection.execute("DROP TABLE IF EXISTS bench_jsonb_docs")
+            connection.execute("CREATE TABLE bench_jsonb_docs (chat_id text PRIMARY KEY, doc jsonb NOT NULL)")
+            connection.commit()
+            start = time.perf_counter()
+            with connection.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO bench_jsonb_docs (chat_id, doc) VALUES (%s, %s::jsonb)",
+                    [(doc["chat_id"], json.dumps(doc, default=str)) for doc in self.docs],
+                )
+            connection.commit()
+            return time.perf_counter() - start
+
+    def _time_jsonb_per_message(self) -> float:
+        """A chat-history store: one JSONB row per message, one call per chat."""
+        with self._driver() as connection:
+            connection.execute("DROP TABLE IF EXISTS bench_jsonb_history")
+            connection.execute(
+                "CREATE TABLE bench_jsonb_history (id bigserial PRIMARY KEY, session_id text NOT NULL, "
+                "message jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"
+            )
+            connection.execute("CREATE INDEX ON bench_jsonb_history (session_id)")
+            connection.commit()
+            start = time.perf_counter()
+            for doc in self.docs:
+                with connection.cursor() as cursor:
+                    cursor.executemany(
+                        "INSERT INTO bench_jsonb_history (session_id, message) VALUES (%s, %s::jsonb)",
+                        [(doc["chat_id"], json.dumps(m, default=str)) for m in doc["messages"]],
+                    )
+                connection.commit()
+            return time.perf_counter() - start
+
+    # -- reads -------------------------------------------------------------------
+
+    def _reads(self) -> None:
+        samples = max(50, min(400, len(self.docs)))
+        chat_ids = [self.rng.choice(self.docs)["chat_id"] for _ in range(samples)]
+        for chat_id in chat_ids[:10]:  # warm the pool and the caches
+            self.archive.get(chat_id)
+        timings = self._timed("get", chat_ids, self.archive.get)
+        self.figures["get_median_ms"] = _median(timings)
+        self.figures["get_p95_ms"] = _p95(timings)
+        if self.postgres:
+            by_hand = self._by_hand(chat_ids)
+            self.figures["get_by_hand_median_ms"] = _median(by_hand)
+
+        users = sorted({doc["user_id"] for doc in self.docs})
+        picks = [self.rng.choice(users) for _ in range(samples)]
+        self.figures["list_chats_median_ms"] = _median(
+            self._timed("list_chats", picks, lambda user: self.archive.list_chats(user_id=user, limit=20))
+        )
+
+        for size in (10, 1000):
+            chat_id = f"bench-append-{size}"
+            (doc,) = generate_chats(1, size, seed=size)
+            doc["chat_id"] = chat_id
+            self.archive.save(doc)
+            timings = self._timed(f"append at {size}", [chat_id] * samples, self._append_one)
+            self.figures[f"append_{size}_median_ms"] = _median(timings)
+
+        query = text("SELECT name, count(*) FROM tool_calls GROUP BY name ORDER BY count(*) DESC")
+
+        def tool_calls_per_name(_: object) -> None:
+            with self.engine.connect() as connection:
+                connection.execute(query).all()
+
+        self.figures["tool_calls_per_name_ms"] = _median(
+            self._timed("tool calls per name", range(20), tool_calls_per_name)
+        )
+
+    def _append_one(self, chat_id: str) -> None:
+        self.archive.append(chat_id, [{"role": "user", "content": "One more question about the assay."}])
+
+    def _timed(self, phase: str, items: Sequence[Any], call: Callable[[Any], object]) -> list[float]:
+        timings = []
+        for index, item in enumerate(items):
+            if index % 50 == 0:
+                self.progress(phase, index, len(items))
+            start = time.perf_counter()
+            call(item)
+            timings.append((time.perf_counter() - start) * 1000)
+        return timings
+
+    def _by_hand(self, chat_ids: Sequence[str]) -> list[float]:
+        """The reference read: four indexed queries, written by hand, no library."""
+        queries = (
+            "SELECT * FROM chats WHERE chat_id = %s",
+            "SELECT * FROM messages WHERE chat_id = %s ORDER BY position",
+            "SELECT * FROM content_parts WHERE chat_id = %s ORDER BY message_position, position",
+            "SELECT * FROM tool_calls WHERE chat_id = %s ORDER BY message_position, position",
+        )
+        with self._driver() as connection:
+            connection.autocommit = True
+
+            def read(chat_id: str) -> None:
+                for query in queries:
+                    connection.execute(query, (chat_id,)).fetchall()
+
+            for chat_id in chat_ids[:10]:
+                read(chat_id)
+            return self._timed("get by hand", chat_ids, read)
+
+    # -- storage and memory ------------------------------------------------------
+
+    def _storage(self) -> None:
+        """Bytes on disk per message, tables and indexes included, right after the load."""
+        if not self.postgres:
+            database = self.engine.url.database
+            size = Path(database).stat().st_size if database else None
+            self.figures["bytes_per_message"] = None if size is None else size / self.message_total
+            return
+        with self.engine.connect() as connection:
+            ours = sum(
+                connection.execute(text(f"SELECT pg_total_relation_size('public.{name}')")).scalar_one()
+                for name in _TABLES
+            )
+            docs = connection.execute(text("SELECT pg_total_relation_size('bench_jsonb_docs')")).scalar_one()
+        self.figures["bytes_per_message"] = ours / self.message_total
+        self.figures["bytes_per_message_jsonb_doc"] = docs / self.message_total
+
+    def _memory(self) -> None:
+        """Peak Python memory of save_many over a generator of the same workload."""
+        self.progress("memory", 0, 1)
+        self._truncate()
+        chats, size = len(self.docs), round(self.message_total / len(self.docs))
+        tracemalloc.start()
+        try:
+            self.archive.save_many(generate_chats(chats, size, seed=7))
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        self.figures["save_many_peak_mib"] = peak / 2**20
+        self.progress("memory", 1, 1)

@@ -1,0 +1,165 @@
+"""A deterministic synthetic workload of chat documents, for benchmarks and tests.
+
+The shape follows production chat archives: about 20 messages a chat, a system
+prompt, user/assistant turns, one tool call for every ~8 messages (each answered
+by a tool message), ~10% multimodal user messages, ~30% of chats with feedback.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from itertools import accumulate
+from typing import Any
+
+__all__ = ["generate_chats"]
+
+_LETTERS = "etaoinshrdlcumwfgypbvkjxqz"
+
+
+def _vocabulary(rng: random.Random, size: int = 6000) -> list[str]:
+    """Pseudo-words with English-like letter frequencies and lengths, so that
+    text compresses about as well as real prose does (not better)."""
+    weights = [26 - rank for rank in range(26)]
+    return [
+        "".join(rng.choices(_LETTERS, weights, k=rng.choice((2, 3, 3, 4, 4, 5, 5, 6, 7, 8, 9, 11))))
+        for _ in range(size)
+    ]
+
+
+_TOOLS = ("airalogy_search", "read_csv", "run_protocol", "calculator", "fetch_paper", "plot")
+_MODELS = ("gpt-4o", "gpt-4o-mini", "claude-sonnet", "masterbrain-chat")
+_WORKFLOWS = ("protocol-qa", "data-cleanup", "literature", "chat")
+_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _text(rng: random.Random, words: int) -> str:
+    """About ``words`` words of prose: Zipf-distributed words in sentences."""
+    picks = rng.choices(_VOCABULARY, cum_weights=_ZIPF, k=words)
+    sentences, start = [], 0
+    while start < len(picks):
+        end = start + rng.randrange(6, 18)
+        sentences.append(" ".join(picks[start:end]).capitalize() + ".")
+        start = end
+    return " ".join(sentences)
+
+
+_VOCABULARY = _vocabulary(random.Random(20260101))
+_ZIPF = list(accumulate(1 / rank for rank in range(1, len(_VOCABULARY) + 1)))
+
+
+def generate_chats(chats: int, messages: int = 20, seed: int = 0) -> Iterator[dict[str, Any]]:
+    """``chats`` canonical chat documents of about ``messages`` messages each.
+
+    The same arguments always give the same documents (ids and timestamps included).
+    """
+    rng = random.Random(seed)
+    users = max(1, chats // 10)
+    for number in range(chats):
+        yield _chat(rng, number, messages, users)
+
+
+def _tool_result(rng: random.Random) -> str:
+    return json.dumps({"result": _text(rng, rng.randrange(30, 200)), "score": round(rng.random(), 4)})
+
+
+def _chat(rng: random.Random, number: int, size: int, users: int) -> dict[str, Any]:
+    chat_id = f"chat-{number:08d}"
+    model = rng.choice(_MODELS)
+    start = _EPOCH + timedelta(seconds=number * 37 + rng.randrange(30))
+    clock = iter(start + timedelta(seconds=4 * step) for step in range(10 * size + 10))
+    messages: list[dict[str, Any]] = [
+        {
+            "role": "system",
+            "content": _text(rng, rng.randrange(40, 160)),
+            "uid": f"{chat_id}-0",
+            "created_at": next(clock),
+        }
+    ]
+    call_number = 0
+    while len(messages) < size:
+        user: dict[str, Any] = {"role": "user", "created_at": next(clock)}
+        if rng.random() < 0.10:
+            user["content"] = [
+                {"type": "text", "text": _text(rng, rng.randrange(8, 40))},
+                {
+                    "type": "image_url",
+                    "image_url": {"url": f"https://example.com/{chat_id}/{len(messages)}.png"},
+                },
+            ]
+        else:
+            user["content"] = _text(rng, rng.randrange(8, 60))
+        messages.append(user)
+        if rng.random() < 0.42 and len(messages) + 3 <= size:
+            call_id = f"call_{chat_id}_{call_number}"
+            call_number += 1
+            tool = rng.choice(_TOOLS)
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "created_at": next(clock),
+                    "tool_calls": [
+                        {
+                            "id": call_id,
+                            "type": "function",
+                            "function": {"name": tool, "arguments": f'{{"query": "{_text(rng, 4)}"}}'},
+                        }
+                    ],
+                }
+            )
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "content": json.dumps(
+                        {"result": _text(rng, rng.randrange(30, 200)), "score": rng.random()}
+                    ),
+                    "created_at": next(clock),
+                }
+            )
+        prompt = rng.randrange(200, 4000)
+        completion = rng.randrange(20, 400)
+        messages.append(
+            {
+                "role": "assistant",
+                "content": _text(rng, rng.randrange(30, 250)),
+                "created_at": next(clock),
+                "model": model,
+                "finish_reason": "stop",
+                "usage": {
+                    "prompt_tokens": prompt,
+                    "completion_tokens": completion,
+                    "total_tokens": prompt + completion,
+                },
+            }
+        )
+    for position, message in enumerate(messages):
+        message.setdefault("uid", f"{chat_id}-{position}")
+    document: dict[str, Any] = {
+        "chat_id": chat_id,
+        "user_id": f"user-{rng.randrange(users):05d}",
+        "title": _text(rng, 5),
+        "model": model,
+        "model_settings": {"temperature": round(rng.random(), 2)},
+        "workflow": {"name": rng.choice(_WORKFLOWS)},
+        "tags": rng.sample(("lab", "pcr", "urgent", "review", "demo"), rng.randrange(3)),
+        "created_at": start,
+        "updated_at": messages[-1]["created_at"],
+        "messages": messages,
+        "feedback": [],
+    }
+    if rng.random() < 0.30:
+        target = rng.choice([m for m in messages if m["role"] == "assistant"])
+        document["feedback"].append(
+            {
+                "id": f"{chat_id}-fb",
+                "message_uid": target["uid"],
+                "user_id": document["user_id"],
+                "score": rng.choice((1, 1, 1, -1, 0)),
+                "created_at": target["created_at"] + timedelta(minutes=2),
+            }
+        )
+    return document
