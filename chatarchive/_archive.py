@@ -5,15 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
+from functools import partial
 from types import TracebackType
 from typing import Any, Self, TypeVar, Unpack
 
 from sqlalchemy import URL, Engine, inspect, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from ._document import ChatDocument, ChatPage, Feedback, Message
 from ._engine import create_engine
-from ._exceptions import InvalidDocument, SchemaNotReady, database_errors
+from ._exceptions import DatabaseError, InvalidDocument, SchemaNotReady, database_errors
 from ._ingest import prepared_batches
 from ._repository import ChatChanges, ChatRepository, OnError
 from ._schema import SCHEMA_REVISION, VERSION_TABLE
@@ -21,6 +23,11 @@ from ._schema import SCHEMA_REVISION, VERSION_TABLE
 __all__ = ["ChatArchive"]
 
 _T = TypeVar("_T")
+
+
+def _connection_lost(error: DatabaseError) -> bool:
+    cause = error.__cause__
+    return isinstance(cause, DBAPIError) and cause.connection_invalidated
 
 
 class ChatArchive:
@@ -42,6 +49,9 @@ class ChatArchive:
         self._engine = engine if engine is not None else create_engine(url, **engine_options)
         self._owns_engine = engine is None
         self._schema_ready = False
+        # Reads that are one statement need no transaction on PostgreSQL.
+        self._postgres = self._engine.dialect.name == "postgresql"
+        self._autocommit = self._engine.execution_options(isolation_level="AUTOCOMMIT")
 
     @property
     def engine(self) -> Engine:
@@ -82,6 +92,21 @@ class ChatArchive:
     def _call(self, method: Callable[[ChatRepository], _T]) -> _T:
         with self._session(savepoints=False) as repository:
             return method(repository)
+
+    def _read(self, method: Callable[[ChatRepository], _T]) -> _T:
+        """A read: without a transaction where it is one statement (PostgreSQL),
+        and retried once if the connection was lost (a restarted server)."""
+        self._require_schema()
+        for attempt in (1, 2):
+            try:
+                if not self._postgres:
+                    return self._call(method)
+                with database_errors(), Session(self._autocommit) as session:
+                    return method(ChatRepository(session, savepoints=False))
+            except DatabaseError as exc:
+                if attempt == 2 or not _connection_lost(exc):
+                    raise
+        raise AssertionError("unreachable")
 
     def _require_schema(self) -> None:
         if self._schema_ready:
@@ -134,11 +159,11 @@ class ChatArchive:
 
     def get(self, chat_id: str) -> ChatDocument:
         """The stored chat; see :meth:`ChatRepository.get`."""
-        return self._call(lambda repo: repo.get(chat_id))
+        return self._read(lambda repo: repo.get(chat_id))
 
     def get_many(self, chat_ids: Iterable[str]) -> list[ChatDocument]:
         """Stored chats in the order asked, unknown ids skipped."""
-        return self._call(lambda repo: repo.get_many(chat_ids))
+        return self._read(lambda repo: repo.get_many(chat_ids))
 
     def append(
         self,
@@ -172,7 +197,7 @@ class ChatArchive:
         cursor: str | None = None,
     ) -> ChatPage:
         """A page of chat summaries, newest first; see :meth:`ChatRepository.list_chats`."""
-        return self._call(
+        return self._read(
             lambda repo: repo.list_chats(
                 user_id=user_id, model=model, tag=tag, since=since, until=until, limit=limit, cursor=cursor
             )
@@ -192,12 +217,12 @@ class ChatArchive:
         between batches."""
         after: str | None = None
         while True:
-            with self._session(savepoints=False) as repo:
-                chat_ids = repo.chat_ids(user_id=user_id, after=after, limit=batch_size)
-                documents = repo.get_many(chat_ids)
+            chat_ids = self._read(
+                partial(ChatRepository.chat_ids, user_id=user_id, after=after, limit=batch_size)
+            )
             if not chat_ids:
                 return
-            yield from documents
+            yield from self._read(partial(ChatRepository.get_many, chat_ids=chat_ids))
             after = chat_ids[-1]
 
     # -- schema ----------------------------------------------------------------

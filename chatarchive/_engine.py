@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import sqlalchemy
 from sqlalchemy import URL, Engine, event, make_url
+from sqlalchemy.exc import DisconnectionError
 
-__all__ = ["DEFAULT_URL", "URL_ENV", "create_engine", "database_url"]
+__all__ = ["DEFAULT_URL", "PING_AFTER_IDLE", "URL_ENV", "create_engine", "database_url"]
 
 #: Environment variable that names the archive's database.
 URL_ENV = "CHATARCHIVE_DATABASE_URL"
@@ -29,22 +31,46 @@ def database_url(url: str | URL | None = None) -> URL:
     return parsed
 
 
+#: A pooled PostgreSQL connection idle for longer than this (seconds) is
+#: checked with a ping before it is handed out.
+PING_AFTER_IDLE = 1.0
+
+
 def create_engine(url: str | URL | None = None, **options: Any) -> Engine:
     """An engine for the archive's database, set up for chatarchive's needs.
 
-    PostgreSQL connections are checked before use (``pool_pre_ping``), so the
-    pool recovers after a server restart. SQLite connections enforce foreign
-    keys, wait for locks, use WAL on files, and let SQLAlchemy (not the driver)
-    begin transactions so that savepoints work.
+    A PostgreSQL connection that has sat idle in the pool for more than
+    :data:`PING_AFTER_IDLE` seconds is pinged before use and replaced if the
+    server has gone away (after a restart, say); connections in steady use
+    skip the round trip that ``pool_pre_ping`` would cost on every call.
+    SQLite connections enforce foreign keys, wait for locks, use WAL on files,
+    and let SQLAlchemy (not the driver) begin transactions so that savepoints
+    work.
     """
     parsed = database_url(url)
-    if parsed.get_backend_name() == "postgresql":
-        options.setdefault("pool_pre_ping", True)
-        return sqlalchemy.create_engine(parsed, **options)
     engine = sqlalchemy.create_engine(parsed, **options)
+    if parsed.get_backend_name() == "postgresql" and not options.get("pool_pre_ping"):
+        _ping_idle_connections(engine)
     if parsed.get_backend_name() == "sqlite":
         _set_up_sqlite(engine, in_memory=parsed.database in (None, "", ":memory:"))
     return engine
+
+
+def _ping_idle_connections(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    @event.listens_for(engine, "checkin")
+    def _idle_from_now(_dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        if time.monotonic() - record.info.get("idle_since", 0.0) < PING_AFTER_IDLE:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            # The pool discards this connection and checks out another one.
+            raise DisconnectionError(f"stale connection: {exc}") from exc
 
 
 def _set_up_sqlite(engine: Engine, *, in_memory: bool) -> None:

@@ -8,11 +8,28 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any, TypedDict, Unpack
 
-from sqlalchemy import Table, case, delete, func, insert, literal, select, text, tuple_, update
+from sqlalchemy import (
+    Table,
+    Text,
+    bindparam,
+    case,
+    column,
+    delete,
+    func,
+    insert,
+    literal,
+    select,
+    text,
+    tuple_,
+    update,
+)
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 from sqlalchemy.schema import AddConstraint, CreateIndex, DropConstraint, DropIndex
+from sqlalchemy.sql.selectable import TextualSelect
 
 from ._document import (
     ChatDocument,
@@ -34,7 +51,7 @@ from ._rows import (
     messages_to_rows,
 )
 from ._schema import metadata
-from ._types import ArchiveText, UTCDateTime
+from ._types import ArchiveText, UTCDateTime, unescape_json_text
 
 __all__ = ["ChatChanges", "ChatRepository", "OnError"]
 
@@ -61,6 +78,11 @@ _DOCUMENT_ORDER = {
     tool_calls: (tool_calls.c.chat_id, tool_calls.c.message_position, tool_calls.c.position),
     feedback: (feedback.c.chat_id, feedback.c.position),
 }
+
+
+# Chat rows, and the child rows of each chat by chat id and table.
+_Rows = Sequence[Mapping[Any, Any]]
+_Children = dict[str, dict[Table, list[Mapping[Any, Any]]]]
 
 
 class ChatChanges(TypedDict, total=False):
@@ -513,6 +535,29 @@ class ChatRepository:
             raise ConflictError(f"chat {chat_id!r} is at version {row['version']}, not {expected_version}")
         return row
 
+    def _rows_in_one_statement(
+        self, chat_ids: Sequence[str]
+    ) -> tuple[Sequence[Mapping[Any, Any]], _Children]:
+        """PostgreSQL: each child table aggregated to JSON by the server, so one
+        round trip and one snapshot, even under READ COMMITTED."""
+        found = self._session.execute(_pg_documents_query(), {"ids": list(chat_ids)}).mappings().all()
+        children = {
+            row["chat_id"]: {table: _json_rows(table, row[table.name]) for table in _DOCUMENT_ORDER}
+            for row in found
+        }
+        return found, children
+
+    def _rows_table_by_table(self, chat_ids: Sequence[str]) -> tuple[_Rows, _Children]:
+        """SQLite: one query per table (a transaction keeps one snapshot)."""
+        found = self._session.execute(select(chats).where(chats.c.chat_id.in_(chat_ids))).mappings().all()
+        children: _Children = {row["chat_id"]: {table: [] for table in _DOCUMENT_ORDER} for row in found}
+        if found:
+            for table, order in _DOCUMENT_ORDER.items():
+                query = select(table).where(table.c.chat_id.in_(chat_ids)).order_by(*order)
+                for child in self._session.execute(query).mappings():
+                    children[child["chat_id"]][table].append(child)
+        return found, children
+
     def _require(self, chat_id: str) -> None:
         with self._read():
             found = self._session.execute(select(chats.c.chat_id).where(chats.c.chat_id == chat_id)).first()
@@ -529,35 +574,53 @@ class ChatRepository:
     def _load(self, chat_ids: Sequence[str]) -> list[ChatDocument]:
         """Whole documents for ``chat_ids`` in a fixed number of queries."""
         with self._read():
-            head = self._session.execute(select(chats).where(chats.c.chat_id.in_(chat_ids))).mappings().all()
-            if not head:
-                return []
-            children = {
-                table: self._session.execute(
-                    select(table).where(table.c.chat_id.in_(chat_ids)).order_by(*order)
-                )
-                .mappings()
-                .all()
-                for table, order in _DOCUMENT_ORDER.items()
-            }
-        grouped: dict[Table, dict[str, list[Mapping[Any, Any]]]] = {}
-        for table, rows in children.items():
-            by_chat: dict[str, list[Mapping[Any, Any]]] = {}
-            for row in rows:
-                by_chat.setdefault(row["chat_id"], []).append(row)
-            grouped[table] = by_chat
-        documents = {
-            chat["chat_id"]: document_from_rows(
+            if self._session.get_bind().dialect.name == "postgresql":
+                found, children = self._rows_in_one_statement(chat_ids)
+            else:
+                found, children = self._rows_table_by_table(chat_ids)
+        documents = {}
+        for chat in found:
+            rows = children[chat["chat_id"]]
+            documents[chat["chat_id"]] = document_from_rows(
                 chat,
-                [row["tag"] for row in grouped[chat_tags].get(chat["chat_id"], ())],
-                grouped[messages].get(chat["chat_id"], []),
-                grouped[content_parts].get(chat["chat_id"], []),
-                grouped[tool_calls].get(chat["chat_id"], []),
-                grouped[feedback].get(chat["chat_id"], []),
+                [row["tag"] for row in rows[chat_tags]],
+                rows[messages],
+                rows[content_parts],
+                rows[tool_calls],
+                rows[feedback],
             )
-            for chat in head
-        }
         return [documents[chat_id] for chat_id in chat_ids if chat_id in documents]
+
+
+#: The child columns the PostgreSQL read returns, in order (not chat_id).
+_CHILD_COLUMNS = {
+    table: tuple(column.name for column in table.columns if column.name != "chat_id")
+    for table in _DOCUMENT_ORDER
+}
+
+
+@cache
+def _pg_documents_query() -> TextualSelect:
+    """Chats with their child rows as JSON arrays of arrays, in one statement:
+    one round trip, and one snapshot even under READ COMMITTED."""
+    children = []
+    for table, order in _DOCUMENT_ORDER.items():
+        values = ", ".join(f"x.{name}" for name in _CHILD_COLUMNS[table])
+        ordering = ", ".join(f"x.{column.name}" for column in order[1:])
+        children.append(
+            f"(SELECT json_agg(json_build_array({values}) ORDER BY {ordering})::text "
+            f"FROM {table.name} x WHERE x.chat_id = c.chat_id) AS {table.name}"
+        )
+    statement = text(f"SELECT c.*, {', '.join(children)} FROM chats c WHERE c.chat_id = ANY(:ids)")
+    statement = statement.bindparams(bindparam("ids", type_=postgresql.ARRAY(ArchiveText())))
+    return statement.columns(*chats.c, *(column(table.name, Text()) for table in _DOCUMENT_ORDER))
+
+
+def _json_rows(table: Table, aggregated: str | None) -> list[Mapping[Any, Any]]:
+    if aggregated is None:
+        return []
+    names = _CHILD_COLUMNS[table]
+    return [dict(zip(names, values, strict=True)) for values in json.loads(unescape_json_text(aggregated))]
 
 
 def _encode_cursor(updated_at: datetime, chat_id: str) -> str:

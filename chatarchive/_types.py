@@ -36,6 +36,7 @@ __all__ = [
     "escape_json_text",
     "escape_text",
     "postgres_json_text",
+    "unescape_json_text",
     "unescape_text",
     "unescape_value",
 ]
@@ -91,6 +92,13 @@ def postgres_json_text(value: Any) -> str:
     text = escape_json_text(dumps_json(value))
     if _MAYBE_EXPONENT.search(text):
         text = _JSON_EXPONENT_NUMBER.sub(_positional, text)
+    return text
+
+
+def unescape_json_text(text: str) -> str:
+    """Undo :func:`escape_json_text` on JSON text read back from PostgreSQL."""
+    if _ESC in text:
+        return text.replace(_ESC_NUL, "\\u0000").replace(_ESC_ESC, _ESC)
     return text
 
 
