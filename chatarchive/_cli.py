@@ -143,7 +143,7 @@ def db_check() -> None:
     "else writes to the archive.",
 )
 @click.option(
-    "--batch-size", default=1000, show_default=True, type=click.IntRange(min=1), help="Chats per batch."
+    "--batch-size", default=250, show_default=True, type=click.IntRange(min=1), help="Chats per batch."
 )
 def import_(paths: tuple[str, ...], strict: bool, bulk: bool, batch_size: int) -> None:
     """Import chats from JSON or JSON Lines files ('-' reads standard input).

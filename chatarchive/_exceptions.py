@@ -14,9 +14,11 @@ escape raw::
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import psycopg
 from sqlalchemy import exc as sa_exc
 
 __all__ = [
@@ -97,13 +99,14 @@ def database_errors() -> Iterator[None]:
     try:
         yield
     except sa_exc.DBAPIError as exc:
-        raise _translate(exc) from exc
+        raise _translate(exc.orig, lost=exc.connection_invalidated) from exc
     except sa_exc.SQLAlchemyError as exc:
         raise DatabaseError(f"database error: {exc}") from exc
+    except (psycopg.Error, sqlite3.Error) as exc:  # raised by the driver directly (COPY)
+        raise _translate(exc, lost=False) from exc
 
 
-def _translate(exc: sa_exc.DBAPIError) -> ChatArchiveError:
-    orig = exc.orig
+def _translate(orig: BaseException | None, *, lost: bool) -> ChatArchiveError:
     summary = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
     sqlstate = getattr(orig, "sqlstate", None)
     if isinstance(sqlstate, str):
@@ -118,6 +121,6 @@ def _translate(exc: sa_exc.DBAPIError) -> ChatArchiveError:
     errorname = getattr(orig, "sqlite_errorname", None)
     if isinstance(errorname, str) and errorname.startswith("SQLITE_CONSTRAINT"):
         return ConflictError(f"write conflicts with stored data ({errorname}): {summary}")
-    if exc.connection_invalidated:
+    if lost:
         return DatabaseError(f"database connection lost: {summary}")
     return DatabaseError(f"database error: {summary}")

@@ -216,7 +216,7 @@ class ChatRepository:
 
     def _write_documents(self, documents: Mapping[str, tuple[int, ChatRows]]) -> None:
         locked = select(chats.c.chat_id, chats.c.version).where(chats.c.chat_id.in_(documents))
-        stored = dict(self._session.execute(locked.with_for_update()).tuples().all())
+        stored: dict[str, int] = dict(self._session.execute(locked.with_for_update()).all())
         if stored:
             selected = chats.c.chat_id.in_(stored)
             self._delete_children(selected)

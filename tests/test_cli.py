@@ -182,3 +182,26 @@ def test_quickstart(tmp_path: Path) -> None:
     assert "seed-tool-calling" in result.stdout
     assert "airalogy_search" in result.stdout
     assert "imported 4 sample chats" in result.stderr
+
+
+def test_bulk_import(run: Run, tmp_path: Path) -> None:
+    run("db", "upgrade")
+    lines = [json.dumps({**DOC, "chat_id": f"doc-{i}"}) for i in range(30)]
+    path = write(tmp_path / "many.jsonl", "\n".join(lines) + "\n")
+    assert "imported 30 chats" in run("import", "--bulk", "--batch-size", "7", path).stderr
+    assert "imported 30 chats" in run("import", "--bulk", "--strict", path).stderr
+    assert len(run("export").stdout.splitlines()) == 30
+    assert "Locks the archive's tables" in " ".join(run("import", "--help").stdout.split())
+
+
+def test_bench_reports_every_figure(run: Run, dialect: str) -> None:
+    report = json.loads(run("bench", "--chats", "30", "--messages", "6", "--runs", "1", "--json").stdout)
+    assert report["chats"] == 30
+    assert report["messages"] >= 180
+    figures = report["figures"]
+    for name in ("ingest_save_many", "ingest_bulk", "get_median_ms", "append_1000_median_ms"):
+        assert figures[name] > 0
+    if dialect == "postgresql":
+        assert figures["ingest_raw_copy_own"] > 0
+        assert report["ratios"]["save_many / raw COPY (own schema)"] > 0
+    assert run("db", "current").stdout.strip() == "none"  # ran in a throwaway database

@@ -1,0 +1,169 @@
+"""save_many and the bulk-load mode: same rows as save, replacement, errors, memory."""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, Engine, inspect, select, text
+from sqlalchemy.orm import Session
+
+from chatarchive import ChatArchive, ChatArchiveError, ChatDocument, ChatRepository, InvalidDocument
+from chatarchive._rows import ChatRows, document_to_rows
+from chatarchive._schema import metadata
+from chatarchive._workload import generate_chats
+
+from .test_repository import counts, snapshot
+
+
+def stored_rows(session: Session) -> dict[str, list[Any]]:
+    return snapshot(session)
+
+
+def test_save_many_and_bulk_store_the_same_rows_as_save(repo: ChatRepository, session: Session) -> None:
+    docs = list(generate_chats(25, 12, seed=3))
+    for doc in docs:
+        repo.save(doc)
+    one_by_one = stored_rows(session)
+    for table in reversed(metadata.sorted_tables):
+        session.execute(table.delete())
+    assert repo.save_many(iter(docs), batch_size=7) == 25
+    assert stored_rows(session) == one_by_one
+    for table in reversed(metadata.sorted_tables):
+        session.execute(table.delete())
+    assert repo.save_many(iter(docs), batch_size=10, bulk=True) == 25
+    assert stored_rows(session) == one_by_one
+    assert [doc.chat_id for doc in repo.get_many([d["chat_id"] for d in docs])] == [
+        d["chat_id"] for d in docs
+    ]
+
+
+def test_the_bulk_load_restores_every_constraint(
+    engine: Engine, repo: ChatRepository, session: Session
+) -> None:
+    before = _constraints(engine)
+    repo.save_many(generate_chats(5, 6), bulk=True)
+    assert _constraints(session.connection()) == before  # inside the load's transaction
+
+
+def _constraints(bind: Engine | Connection) -> dict[str, tuple[list[str], list[str]]]:
+    inspector = inspect(bind)
+    return {
+        table.name: (
+            sorted(str(fk["name"]) for fk in inspector.get_foreign_keys(table.name)),
+            sorted(str(ix["name"]) for ix in inspector.get_indexes(table.name)),
+        )
+        for table in metadata.sorted_tables
+    }
+
+
+def test_reimport_replaces_without_duplicates(repo: ChatRepository, session: Session) -> None:
+    docs = list(generate_chats(10, 8))
+    repo.save_many(docs)
+    first = counts(session)
+    changed = [{**doc, "title": "again"} for doc in docs]
+    assert repo.save_many(changed + changed[:3], batch_size=4) == 13  # the same chat twice in one call
+    assert counts(session) == first
+    versions = session.execute(text("SELECT DISTINCT version FROM chats ORDER BY version")).scalars().all()
+    assert versions == [2, 3]
+    assert {doc.title for doc in repo.get_many([d["chat_id"] for d in docs])} == {"again"}
+
+
+def test_save_many_reports_bad_documents_and_keeps_the_rest(repo: ChatRepository, session: Session) -> None:
+    docs: list[Any] = list(generate_chats(6, 4))
+    docs.insert(2, {"chat_id": "bad", "messages": [{"content": "no role"}]})
+    docs.insert(5, 42)
+    errors: list[tuple[int, ChatArchiveError]] = []
+    assert (
+        repo.save_many(docs, batch_size=3, on_error=lambda index, error: errors.append((index, error))) == 6
+    )
+    assert [index for index, _ in errors] == [2, 5]
+    assert isinstance(errors[0][1], InvalidDocument)
+    assert errors[0][1].field == "role"
+    assert counts(session)["chats"] == 6
+
+
+def test_save_many_without_on_error_raises_the_first_error(repo: ChatRepository, session: Session) -> None:
+    docs: list[Any] = [
+        *generate_chats(4, 4),
+        {"chat_id": "bad", "messages": [{}]},
+        *generate_chats(2, 4, seed=9),
+    ]
+    before = snapshot(session)
+    with pytest.raises(InvalidDocument, match="bad"):
+        repo.save_many(docs, batch_size=2)
+    assert snapshot(session) == before  # the repository's call is atomic
+
+
+def test_a_write_error_is_traced_to_its_document(
+    repo: ChatRepository, session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row the database refuses (a broken conversion, injected here) is reported
+    for its own document; the rest of its batch is saved."""
+    original = document_to_rows
+
+    def corrupt(doc: ChatDocument, **kwargs: Any) -> ChatRows:
+        rows = original(doc, **kwargs)
+        if doc.chat_id == "chat-00000003":
+            rows.parts[0]["message_position"] = 999  # no such message
+        return rows
+
+    monkeypatch.setattr("chatarchive._ingest.document_to_rows", corrupt)
+    errors: list[int] = []
+    saved = repo.save_many(
+        generate_chats(6, 4), batch_size=6, on_error=lambda index, error: errors.append(index)
+    )
+    assert (saved, errors) == (5, [3])
+    assert "chat-00000003" not in session.execute(select(metadata.tables["chats"].c.chat_id)).scalars().all()
+
+
+def test_a_bulk_load_violation_rolls_everything_back(
+    engine: Engine, archive: ChatArchive, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive.save_many(generate_chats(3, 4, seed=1))
+    with engine.connect() as connection:
+        before = snapshot(Session(bind=connection))
+    constraints = _constraints(engine)
+    original = document_to_rows
+
+    def orphan(doc: ChatDocument, **kwargs: Any) -> ChatRows:
+        rows = original(doc, **kwargs)
+        if doc.chat_id == "chat-00000007":
+            rows.parts[0]["message_position"] = 999
+        return rows
+
+    monkeypatch.setattr("chatarchive._ingest.document_to_rows", orphan)
+    with pytest.raises(ChatArchiveError):
+        archive.save_many(generate_chats(10, 4, seed=2), batch_size=3, bulk=True)
+    with engine.connect() as connection:
+        assert snapshot(Session(bind=connection)) == before
+    assert _constraints(engine) == constraints
+
+
+def test_memory_stays_bounded_on_a_large_generator(archive: ChatArchive) -> None:
+    def peak(chats: int) -> int:
+        tracemalloc.start()
+        try:
+            archive.save_many(generate_chats(chats, 10, seed=chats), batch_size=50)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    small, large = peak(200), peak(1600)  # eight times the input
+    assert large < 2 * small, (small, large)  # linear growth would be 8x
+
+
+def test_the_producer_stops_when_the_consumer_fails(repo: ChatRepository) -> None:
+    consumed = 0
+
+    def endless() -> Iterator[dict[str, Any]]:
+        nonlocal consumed
+        for doc in generate_chats(10**6, 3):
+            consumed += 1
+            yield doc if consumed != 20 else {"chat_id": 1}
+
+    with pytest.raises(InvalidDocument):
+        repo.save_many(endless(), batch_size=5)
+    assert consumed < 60  # read ahead by a bounded number of batches, then stopped
