@@ -15,7 +15,7 @@ from sqlalchemy import Connection
 
 from alembic import context
 from chatarchive._engine import create_engine, database_url
-from chatarchive._schema import VERSION_TABLE, metadata
+from chatarchive._schema import VERSION_TABLE, described_by_models, metadata
 from chatarchive._types import ArchiveText, JsonObject, UTCDateTime
 
 config = context.config
@@ -53,6 +53,10 @@ def _render_item(kind: str, obj: Any, autogen_context: AutogenContext) -> str | 
     return False
 
 
+def _include_object(obj: Any, name: str | None, kind: str, reflected: bool, compare_to: Any) -> bool:
+    return described_by_models(name, kind, reflected)
+
+
 def run_migrations(connection: Connection) -> None:
     sqlite = connection.dialect.name == "sqlite"
     if sqlite:
@@ -65,6 +69,7 @@ def run_migrations(connection: Connection) -> None:
             render_as_batch=sqlite,
             compare_type=True,
             render_item=_render_item,
+            include_object=_include_object,
         )
         with context.begin_transaction():
             context.run_migrations()

@@ -22,6 +22,7 @@ from ._exceptions import (
     SchemaNotReady,
 )
 from ._repository import ChatChanges, ChatRepository
+from ._search import SearchHit
 
 __all__ = [
     "DEFAULT_URL",
@@ -41,6 +42,7 @@ __all__ = [
     "InvalidDocument",
     "Message",
     "SchemaNotReady",
+    "SearchHit",
     "ToolCall",
     "ToolFunction",
     "Usage",

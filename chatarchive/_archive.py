@@ -19,6 +19,7 @@ from ._exceptions import DatabaseError, InvalidDocument, SchemaNotReady, databas
 from ._ingest import prepared_batches
 from ._repository import ChatChanges, ChatRepository, OnError
 from ._schema import SCHEMA_REVISION, VERSION_TABLE
+from ._search import SearchHit
 
 __all__ = ["ChatArchive"]
 
@@ -200,6 +201,29 @@ class ChatArchive:
         return self._read(
             lambda repo: repo.list_chats(
                 user_id=user_id, model=model, tag=tag, since=since, until=until, limit=limit, cursor=cursor
+            )
+        )
+
+    def search(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        role: str | None = None,
+        model: str | None = None,
+        since: datetime | None = None,
+        limit: int = 20,
+    ) -> list[SearchHit]:
+        """Full-text search over message text; see :meth:`ChatRepository.search`."""
+        return self._read(
+            partial(
+                ChatRepository.search,
+                query=query,
+                user_id=user_id,
+                role=role,
+                model=model,
+                since=since,
+                limit=limit,
             )
         )
 

@@ -6,11 +6,13 @@ traceback), 2 a usage error.
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from importlib import resources
 from itertools import count
 from typing import IO, Any, NoReturn
@@ -19,6 +21,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
+from rich.text import Text
 
 from ._archive import ChatArchive
 from ._document import ChatDocument
@@ -322,6 +325,147 @@ def rm(chat_id: str | None, user_id: str | None, yes: bool) -> None:
         click.confirm(f"Delete every chat of user {user_id!r}?", abort=True, err=True)
     count = archive.delete_user(user_id)
     _stderr.print(f"deleted {count} chat{'s' if count != 1 else ''} of user {user_id}", markup=False)
+
+
+# -- analytics and search ----------------------------------------------------------
+
+_STATS = {
+    "day": "daily_usage",
+    "model": "model_usage",
+    "tool": "tool_usage",
+    "user": "user_activity",
+    "workflow": "workflow_usage",
+    "feedback": "feedback_summary",
+}
+_moment = click.DateTime(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"])
+
+
+@main.command("stats")
+@click.option(
+    "--by", "by", type=click.Choice(list(_STATS)), default="day", show_default=True, help="Group by."
+)
+@click.option("--since", type=_moment, help="From this day or time (UTC if no offset), inclusive.")
+@click.option("--until", type=_moment, help="Up to this day or time, exclusive.")
+@click.option("--user", "user_id", help="Only this user's chats.")
+@click.option("--model", help="Only chats with this chosen model.")
+@click.option("--workflow", help="Only chats of this workflow (workflow.name).")
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
+)
+def stats(
+    by: str,
+    since: datetime | None,
+    until: datetime | None,
+    user_id: str | None,
+    model: str | None,
+    workflow: str | None,
+    fmt: str,
+) -> None:
+    """Usage statistics: per day, model, tool, user, workflow, or feedback."""
+    from . import analytics
+
+    query = getattr(analytics, _STATS[by])
+    rows = query(
+        _state().archive,
+        since=_utc(since),
+        until=_utc(until),
+        user_id=user_id,
+        model=model,
+        workflow=workflow,
+    )
+    records = [row.model_dump(mode="json") for row in rows]
+    if fmt == "json":
+        click.echo(json.dumps(records, indent=2, ensure_ascii=False))
+    elif fmt == "csv":
+        _write_csv(records)
+    else:
+        _print_stats(by, records)
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    if moment is not None and moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment
+
+
+def _write_csv(records: list[dict[str, Any]]) -> None:
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    if records:
+        writer.writerow(records[0])
+    for record in records:
+        writer.writerow(["" if value is None else value for value in record.values()])
+
+
+def _print_stats(by: str, records: list[dict[str, Any]]) -> None:
+    if not records:
+        _stdout.print("(no data)")
+        return
+    table = Table(*records[0])
+    for record in records:
+        table.add_row(*(_cell(value) for value in record.values()))
+    _stdout.print(table)
+    if by == "day":
+        _print_daily_bars(records)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def _print_daily_bars(records: list[dict[str, Any]]) -> None:
+    per_day: dict[str, int] = {}
+    for record in records:
+        per_day[record["day"]] = per_day.get(record["day"], 0) + int(record["messages"])
+    widest = max(per_day.values()) or 1
+    _stdout.print("\nmessages per day")
+    for day, messages in per_day.items():
+        bar = "█" * max(1, round(40 * messages / widest))
+        _stdout.print(f"{day} {bar} {messages}", markup=False)
+
+
+@main.command("search")
+@click.argument("query")
+@click.option("--user", "user_id", help="Only this user's chats.")
+@click.option("--role", help="Only messages with this role.")
+@click.option("--model", help="Only chats (or messages) of this model.")
+@click.option("--since", type=_moment, help="Only messages created from then on.")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
+@click.option("--json", "as_json", is_flag=True, help="Print the hits as JSON.")
+def search(
+    query: str,
+    user_id: str | None,
+    role: str | None,
+    model: str | None,
+    since: datetime | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Full-text search over message text: words, "phrases", -word, or."""
+    hits = _state().archive.search(
+        query, user_id=user_id, role=role, model=model, since=_utc(since), limit=limit
+    )
+    if as_json:
+        click.echo(json.dumps([hit.model_dump(mode="json") for hit in hits], indent=2, ensure_ascii=False))
+        return
+    if not hits:
+        _stderr.print("no matches")
+        return
+    for hit in hits:
+        header = Text(f"{hit.chat_id} [{hit.position}] {hit.role}", style="bold")
+        header.append(f"  {hit.created_at:%Y-%m-%d %H:%M}  rank {hit.rank:.3f}", style="dim")
+        _stdout.print(header)
+        _stdout.print(_highlighted(hit.snippet))
+
+
+def _highlighted(snippet: str) -> Text:
+    text = Text("    ")
+    for index, piece in enumerate(snippet.replace("»", "«").split("«")):
+        text.append(piece, style="bold yellow" if index % 2 else "")
+    return text
 
 
 # -- bench -----------------------------------------------------------------------

@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from alembic import command
 
 from ._exceptions import ChatArchiveError, database_errors
-from ._schema import VERSION_TABLE, metadata
+from ._schema import VERSION_TABLE, described_by_models, metadata
 
 __all__ = [
     "VERSION_TABLE",
@@ -84,7 +84,14 @@ def check(engine: Engine) -> list[str]:
         return [f"database is at revision {current or 'none'}, chatarchive needs {head}"]
     with database_errors(), engine.connect() as connection:
         context = MigrationContext.configure(
-            connection, opts={"version_table": VERSION_TABLE, "compare_type": True}
+            connection,
+            opts={
+                "version_table": VERSION_TABLE,
+                "compare_type": True,
+                "include_object": lambda obj, name, kind, reflected, other: described_by_models(
+                    name, kind, reflected
+                ),
+            },
         )
         differences = compare_metadata(context, metadata)
     return [f"schema differs from chatarchive's models: {diff}" for diff in differences]

@@ -51,6 +51,7 @@ from ._rows import (
     messages_to_rows,
 )
 from ._schema import metadata
+from ._search import SearchHit, search_messages
 from ._types import ArchiveText, UTCDateTime, unescape_json_text
 
 __all__ = ["ChatChanges", "ChatRepository", "OnError"]
@@ -463,6 +464,37 @@ class ChatRepository:
             last = items[-1]
             next_cursor = _encode_cursor(last.updated_at, last.chat_id)
         return ChatPage(items=items, next_cursor=next_cursor)
+
+    def search(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        role: str | None = None,
+        model: str | None = None,
+        since: datetime | None = None,
+        limit: int = 20,
+    ) -> list[SearchHit]:
+        """Messages whose text matches ``query``, best first, one hit per message.
+
+        ``query`` takes web-search syntax: words (all must match), "quoted
+        phrases", ``-word`` to exclude, ``or`` between alternatives. Input is
+        never SQL; a query with nothing searchable in it finds nothing.
+        ``model`` matches the chat's or the message's model; ``since`` bounds
+        the message's ``created_at``.
+        """
+        if limit < 1:
+            raise InvalidDocument("limit must be at least 1", field="limit")
+        with self._read():
+            return search_messages(
+                self._session,
+                query.replace("\x00", " "),
+                user_id=user_id,
+                role=role,
+                model=model,
+                since=since,
+                limit=limit,
+            )
 
     def export(self, *, user_id: str | None = None, batch_size: int = 100) -> Iterator[ChatDocument]:
         """Every stored chat (or every chat of one user), in ``chat_id`` order,

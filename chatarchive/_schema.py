@@ -25,6 +25,7 @@ from ._types import ArchiveText, JsonObject, UTCDateTime
 
 __all__ = [
     "SCHEMA_REVISION",
+    "SEARCH_OBJECTS",
     "VERSION_TABLE",
     "Base",
     "ChatRow",
@@ -33,6 +34,7 @@ __all__ = [
     "MessageRow",
     "TagRow",
     "ToolCallRow",
+    "described_by_models",
     "metadata",
 ]
 
@@ -46,11 +48,23 @@ NAMING_CONVENTION = {
 
 #: The Alembic revision these models correspond to (a test keeps it equal to
 #: the newest migration).
-SCHEMA_REVISION = "0001"
+SCHEMA_REVISION = "0002"
 
 #: chatarchive's own Alembic version table, so that an application using Alembic
 #: for its own tables can share the database.
 VERSION_TABLE = "chatarchive_version"
+
+#: Objects that migrations create in SQL the models do not describe (full-text
+#: search): the drift check leaves them alone.
+SEARCH_OBJECTS = ("ix_content_parts_text_search", "message_search")
+
+
+def described_by_models(name: str | None, kind: str, reflected: bool) -> bool:
+    """Alembic ``include_object`` hook: skip the full-text search objects."""
+    return not (
+        reflected and name is not None and name.startswith(SEARCH_OBJECTS) and kind in ("table", "index")
+    )
+
 
 #: The four forms a message's ``content`` can take.
 CONTENT_FORMS = ("string", "parts", "null", "absent")
@@ -208,3 +222,89 @@ class FeedbackRow(Base):
             ["chat_id", "message_uid"], ["messages.chat_id", "messages.uid"], ondelete="CASCADE"
         ),
     )
+
+
+#: What every table and column means; on PostgreSQL these are the COMMENTs that
+#: ``\d+`` shows (set by migration 0002).
+TABLE_COMMENTS = {
+    "chats": "One row per chat document.",
+    "chat_tags": "A chat's tags, in the document's order.",
+    "messages": "One row per message; position is 0-based and gapless within a chat.",
+    "content_parts": "Ordered content parts of messages; a string content is one text part.",
+    "tool_calls": "Tool calls made by assistant messages.",
+    "feedback": "Human feedback on a chat, or on one of its messages.",
+}
+COLUMN_COMMENTS = {
+    "chats": {
+        "chat_id": "The chat's id (1-255 characters).",
+        "user_id": "The user the chat belongs to.",
+        "title": "The chat's title.",
+        "model": "The chosen model's name.",
+        "model_settings": "The chosen model's settings (JSON object).",
+        "workflow": "The workflow context (JSON object); its name is workflow->>'name'.",
+        "metadata": "Application metadata (JSON object).",
+        "extra": "The document's unknown keys, and explicit nulls of known fields (JSON object).",
+        "created_at": "When the chat was created.",
+        "updated_at": "When the chat was last written.",
+        "message_count": "Number of messages (also the next message's position).",
+        "version": "Incremented by every write; for optimistic concurrency.",
+    },
+    "chat_tags": {
+        "chat_id": "The chat.",
+        "tag": "The tag.",
+        "position": "The tag's place in the document's list.",
+    },
+    "messages": {
+        "chat_id": "The chat.",
+        "position": "0-based place in the chat, gapless.",
+        "uid": "Stable message id, unique within the chat.",
+        "role": "system, developer, user, assistant, tool, function, or any other role.",
+        "name": "The participant's name (OpenAI 'name').",
+        "tool_call_id": "The tool call this message answers (tool messages).",
+        "content_form": "How content was given: string, parts, null or absent.",
+        "created_at": "When the message was created (the time of saving if not given).",
+        "updated_at": "When the message was last changed, if given.",
+        "completed": "Whether the message is complete (false while streaming).",
+        "model": "The model that produced this message.",
+        "finish_reason": "Why the model stopped (stop, length, tool_calls, ...).",
+        "prompt_tokens": "Prompt tokens of the response that produced this message.",
+        "completion_tokens": "Completion tokens of the response that produced this message.",
+        "total_tokens": "Total tokens of the response that produced this message.",
+        "extra": "Everything else: unknown keys, refusal, audio, function_call, other usage keys (JSON).",
+    },
+    "content_parts": {
+        "chat_id": "The chat.",
+        "message_position": "The message's position.",
+        "position": "0-based place in the message's content.",
+        "type": "text, image_url, input_audio, file, refusal, or any other type.",
+        "text": "The text of text and refusal parts.",
+        "data": "The rest of the part (JSON object).",
+    },
+    "tool_calls": {
+        "chat_id": "The chat.",
+        "message_position": "The assistant message's position.",
+        "position": "0-based place in the message's tool_calls.",
+        "call_id": "The call's id, matched by the answering message's tool_call_id.",
+        "type": "function, custom, or any other type.",
+        "name": "The tool's name.",
+        "arguments": "The arguments exactly as the model wrote them (custom calls: their input).",
+        "data": "Anything else in the call (JSON object).",
+    },
+    "feedback": {
+        "chat_id": "The chat.",
+        "id": "The feedback item's id.",
+        "position": "Order of the feedback items.",
+        "message_uid": "The message the feedback is about; null for the whole chat.",
+        "user_id": "Who gave the feedback.",
+        "score": "The score: thumbs up/down as 1/-1, 0, stars, ...",
+        "label": "A label such as helpful, wrong, unsafe.",
+        "comment": "Free-text comment.",
+        "created_at": "When the feedback was given.",
+        "extra": "The feedback item's unknown keys (JSON object).",
+    },
+}
+
+for _table_name, _comment in TABLE_COMMENTS.items():
+    metadata.tables[_table_name].comment = _comment
+    for _column_name, _column_comment in COLUMN_COMMENTS[_table_name].items():
+        metadata.tables[_table_name].c[_column_name].comment = _column_comment

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import URL
 
+from chatarchive._schema import SCHEMA_REVISION
+
 CHATARCHIVE = str(Path(sys.executable).with_name("chatarchive"))
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -67,7 +69,7 @@ def test_db_commands(run: Run) -> None:
     assert run("db", "current").stdout.strip() == "none"
     assert "revision none" in run("db", "check", expect=1).stderr
     run("db", "upgrade")
-    assert run("db", "current").stdout.strip() == "0001"
+    assert run("db", "current").stdout.strip() == SCHEMA_REVISION
     assert run("db", "check").stdout.strip() == "ok"
     run("db", "downgrade", "base")
     assert run("db", "current").stdout.strip() == "none"

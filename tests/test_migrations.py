@@ -14,9 +14,10 @@ from sqlalchemy import URL, inspect
 
 from chatarchive import ChatArchive, SchemaNotReady, create_engine
 from chatarchive._migrations import alembic_config, check, current_revision, downgrade, upgrade
-from chatarchive._schema import SCHEMA_REVISION, VERSION_TABLE, metadata
+from chatarchive._schema import SCHEMA_REVISION, SEARCH_OBJECTS, VERSION_TABLE, metadata
 
 ROOT = Path(__file__).resolve().parent.parent
+VIEWS = {"message_texts", "tool_call_results", "chat_stats", "daily_usage", "feedback_summary"}
 
 
 def revisions() -> list[str]:
@@ -33,8 +34,10 @@ def test_upgrade_from_empty_creates_the_models_tables(empty_database: URL) -> No
     try:
         assert current_revision(engine) is None
         upgrade(engine)
-        tables = set(inspect(engine).get_table_names())
+        tables = {name for name in inspect(engine).get_table_names() if not name.startswith(SEARCH_OBJECTS)}
         assert tables == set(metadata.tables) | {VERSION_TABLE}
+        views = set(inspect(engine).get_view_names())
+        assert views == VIEWS
         assert check(engine) == []
     finally:
         engine.dispose()
@@ -53,6 +56,7 @@ def test_down_and_up_through_every_revision(empty_database: URL) -> None:
         downgrade(engine, "base")
         assert current_revision(engine) is None
         assert set(inspect(engine).get_table_names()) <= {VERSION_TABLE}
+        assert inspect(engine).get_view_names() == []
         upgrade(engine)
         assert check(engine) == []
     finally:

@@ -1,0 +1,183 @@
+"""Full-text search over message text.
+
+PostgreSQL: ``websearch_to_tsquery`` against a GIN index on
+``to_tsvector('english', content_parts.text)``, ranked with ``ts_rank``,
+snippets from ``ts_headline``. SQLite: the FTS5 table ``message_search``
+(porter stemming), ranked with bm25, snippets from ``snippet()``. Both take the
+same query syntax (words, "quoted phrases", ``-word``, ``or``), never treat
+input as SQL, and give one hit per message, best first.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import Double, Integer, TextClause, bindparam, text
+from sqlalchemy.orm import Session
+
+from ._types import ArchiveText, UTCDateTime
+
+__all__ = ["SearchHit", "fts5_query", "search_messages"]
+
+#: Marks around matched words in snippets.
+HIGHLIGHT = ("«", "»")
+TEXT_SEARCH_CONFIG = "english"
+
+
+class SearchHit(BaseModel):
+    """One message that matches a search, with a highlighted snippet."""
+
+    model_config = ConfigDict(frozen=True)
+
+    chat_id: str
+    message_uid: str
+    position: int
+    role: str
+    created_at: datetime
+    snippet: str
+    rank: float
+
+
+def search_messages(
+    session: Session,
+    query: str,
+    *,
+    user_id: str | None,
+    role: str | None,
+    model: str | None,
+    since: datetime | None,
+    limit: int,
+) -> list[SearchHit]:
+    filters = []
+    params: dict[str, object] = {"limit": limit}
+    for name, value, condition in (
+        ("user_id", user_id, "c.user_id = :user_id"),
+        ("role", role, "m.role = :role"),
+        ("model", model, "(c.model = :model OR m.model = :model)"),
+        ("since", since, "m.created_at >= :since"),
+    ):
+        if value is not None:
+            filters.append(condition)
+            params[name] = value
+    where = "".join(f" AND {condition}" for condition in filters)
+    if session.get_bind().dialect.name == "postgresql":
+        params["query"] = query
+        statement = _postgres_statement(where)
+    else:
+        fts_query = fts5_query(query)
+        if fts_query is None:
+            return []
+        params["query"] = fts_query
+        statement = _sqlite_statement(where)
+    typed = statement.bindparams(
+        *(bindparam(name, type_=ArchiveText()) for name in ("user_id", "role", "model") if name in params),
+        *([bindparam("since", type_=UTCDateTime())] if "since" in params else []),
+    ).columns(
+        chat_id=ArchiveText(),
+        uid=ArchiveText(),
+        position=Integer(),
+        role=ArchiveText(),
+        created_at=UTCDateTime(),
+        rank=Double(),
+        snippet=ArchiveText(),
+    )
+    return [
+        SearchHit(
+            chat_id=row.chat_id,
+            message_uid=row.uid,
+            position=row.position,
+            role=row.role,
+            created_at=row.created_at,
+            snippet=row.snippet,
+            rank=row.rank,
+        )
+        for row in session.execute(typed, params)
+    ]
+
+
+def _postgres_statement(where: str) -> TextClause:
+    config = TEXT_SEARCH_CONFIG
+    options = f"StartSel={HIGHLIGHT[0]}, StopSel={HIGHLIGHT[1]}, MaxWords=30, MinWords=10, MaxFragments=2"
+    return text(
+        f"""
+        WITH q AS (SELECT websearch_to_tsquery('{config}', :query) AS query)
+        SELECT hit.chat_id, m.uid, m.position, m.role, m.created_at, hit.rank,
+               ts_headline('{config}', hit.text, q.query, '{options}') AS snippet
+        FROM (
+            SELECT DISTINCT ON (p.chat_id, p.message_position)
+                   p.chat_id, p.message_position, p.text,
+                   ts_rank(to_tsvector('{config}', p.text), q.query) AS rank
+            FROM content_parts p, q
+            WHERE p.type = 'text' AND to_tsvector('{config}', p.text) @@ q.query
+            ORDER BY p.chat_id, p.message_position, rank DESC
+        ) hit
+        JOIN messages m ON m.chat_id = hit.chat_id AND m.position = hit.message_position
+        JOIN chats c ON c.chat_id = hit.chat_id
+        CROSS JOIN q
+        WHERE true{where}
+        ORDER BY hit.rank DESC, hit.chat_id, hit.message_position
+        LIMIT :limit
+        """
+    )
+
+
+def _sqlite_statement(where: str) -> TextClause:
+    start, stop = HIGHLIGHT
+    return text(
+        f"""
+        SELECT hit.chat_id, m.uid, m.position, m.role, m.created_at, hit.rank, hit.snippet
+        FROM (
+            SELECT p.chat_id, p.message_position, -message_search.rank AS rank,
+                   snippet(message_search, 0, '{start}', '{stop}', '…', 24) AS snippet,
+                   row_number() OVER (
+                       PARTITION BY p.chat_id, p.message_position ORDER BY message_search.rank
+                   ) AS nth
+            FROM message_search
+            JOIN content_parts p ON p.rowid = message_search.rowid
+            WHERE message_search MATCH :query
+        ) hit
+        JOIN messages m ON m.chat_id = hit.chat_id AND m.position = hit.message_position
+        JOIN chats c ON c.chat_id = hit.chat_id
+        WHERE hit.nth = 1{where}
+        ORDER BY hit.rank DESC, hit.chat_id, hit.message_position
+        LIMIT :limit
+        """
+    )
+
+
+_TOKEN = re.compile(r'(-?)"([^"]*)"?|(\S+)')
+
+
+def fts5_query(query: str) -> str | None:
+    """The user's search, in PostgreSQL's ``websearch_to_tsquery`` syntax,
+    translated to an FTS5 query in which every word is a quoted string (so no
+    input is ever FTS5 syntax). ``None`` when nothing searchable is left."""
+    groups: list[list[str]] = []
+    excluded: list[str] = []
+    join_next = False
+    for match in _TOKEN.finditer(query):
+        negated, phrase, word = match.group(1), match.group(2), match.group(3)
+        if word is not None and word.lower() == "or":
+            join_next = bool(groups)
+            continue
+        if word is not None and word.startswith("-") and len(word) > 1:
+            negated, word = "-", word[1:]
+        term = phrase if phrase is not None else word
+        if not term or not any(character.isalnum() for character in term):
+            continue
+        quoted = '"' + term.replace('"', '""') + '"'
+        if negated:
+            excluded.append(quoted)
+        elif join_next:
+            groups[-1].append(quoted)
+        else:
+            groups.append([quoted])
+        join_next = False
+    if not groups:
+        return None
+    expression = " AND ".join("(" + " OR ".join(group) + ")" for group in groups)
+    if excluded:
+        expression = f"({expression}) NOT ({' OR '.join(excluded)})"
+    return expression

@@ -1,0 +1,439 @@
+"""Answers to the common questions about an archive, as typed rows.
+
+Every function takes the archive (a :class:`~chatarchive.ChatArchive`, or a
+SQLAlchemy ``Session`` / ``Connection`` on its database) and the same filters:
+
+- ``since`` / ``until``: bound the time of what is counted (inclusive /
+  exclusive): a message's ``created_at`` for per-day usage, a feedback item's
+  for feedback, otherwise the chat's ``created_at``;
+- ``user_id``, ``model`` (the chat's chosen model), ``workflow`` (the workflow
+  context's name).
+
+The queries read the views that migration 0002 creates (``chat_stats``,
+``tool_call_results``, ``daily_usage``, ``feedback_summary``); the README's
+"SQL analytics" section shows the same questions as plain SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import date, datetime
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Select,
+    case,
+    column,
+    func,
+    literal,
+    literal_column,
+    select,
+    table,
+)
+from sqlalchemy.orm import Session
+
+from ._archive import ChatArchive
+from ._document import Timestamp
+from ._exceptions import database_errors
+from ._types import UTCDateTime
+
+__all__ = [
+    "DailyUsage",
+    "FeedbackSummary",
+    "ModelUsage",
+    "ToolUsage",
+    "UserActivity",
+    "WorkflowUsage",
+    "daily_usage",
+    "feedback_summary",
+    "model_usage",
+    "tool_usage",
+    "user_activity",
+    "workflow_usage",
+]
+
+Source = ChatArchive | Session | Connection
+_Row = TypeVar("_Row", bound=BaseModel)
+
+
+class _Stats(BaseModel):
+    model_config = ConfigDict(frozen=True, protected_namespaces=())
+
+
+class DailyUsage(_Stats):
+    """Activity on one UTC day for one model."""
+
+    day: date
+    model: str | None
+    chats: int
+    messages: int
+    user_turns: int
+    tool_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class ModelUsage(_Stats):
+    """Activity of chats by their chosen model."""
+
+    model: str | None
+    chats: int
+    messages: int
+    user_turns: int
+    tool_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    feedback_count: int
+    mean_score: float | None
+
+
+class ToolUsage(_Stats):
+    """Calls of one tool and how many were answered."""
+
+    tool_name: str | None
+    calls: int
+    answered: int
+    unanswered: int
+    unanswered_share: float
+    mean_position_distance: float | None
+
+
+class UserActivity(_Stats):
+    """Activity of one user."""
+
+    user_id: str | None
+    chats: int
+    messages: int
+    user_turns: int
+    tool_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    first_chat_at: Timestamp
+    last_chat_at: Timestamp
+
+
+class WorkflowUsage(_Stats):
+    """Activity of chats by workflow."""
+
+    workflow: str | None
+    chats: int
+    messages: int
+    tool_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    feedback_count: int
+    mean_score: float | None
+
+
+class FeedbackSummary(_Stats):
+    """Feedback by model and workflow."""
+
+    model: str | None
+    workflow: str | None
+    feedback_count: int
+    mean_score: float | None
+    positive_share: float
+    negative_share: float
+
+
+def _view(name: str, *columns: str) -> Any:
+    return table(name, *(column(name) for name in columns))
+
+
+_chat_stats = _view(
+    "chat_stats",
+    "chat_id",
+    "user_id",
+    "model",
+    "workflow_name",
+    "created_at",
+    "message_count",
+    "user_messages",
+    "tool_calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "feedback_count",
+    "mean_score",
+)
+_tool_call_results = _view("tool_call_results", "chat_id", "tool_name", "answered", "position_distance")
+_chats = _view("chats", "chat_id", "user_id", "model", "workflow", "created_at")
+_messages = _view(
+    "messages", "chat_id", "position", "role", "model", "created_at", "prompt_tokens", "completion_tokens"
+)
+_tool_calls = _view("tool_calls", "chat_id", "message_position")
+_feedback = _view("feedback", "chat_id", "score", "created_at")
+
+
+def _filtered(
+    query: Select[Any],
+    *,
+    chat: Any,
+    time: ColumnElement[Any],
+    workflow: ColumnElement[Any],
+    since: datetime | None,
+    until: datetime | None,
+    user_id: str | None,
+    model: str | None,
+    workflow_name: str | None,
+) -> Select[Any]:
+    if since is not None:
+        query = query.where(time >= _timestamp(since))
+    if until is not None:
+        query = query.where(time < _timestamp(until))
+    if user_id is not None:
+        query = query.where(chat.c.user_id == user_id)
+    if model is not None:
+        query = query.where(chat.c.model == model)
+    if workflow_name is not None:
+        query = query.where(workflow == workflow_name)
+    return query
+
+
+def _timestamp(moment: datetime) -> ColumnElement[Any]:
+    return literal(moment, UTCDateTime())
+
+
+def _rows(source: Source, query: Select[Any], model: type[_Row]) -> list[_Row]:
+    with database_errors():
+        if isinstance(source, ChatArchive):
+            with source.engine.connect() as connection:
+                rows: Sequence[Any] = connection.execute(query).mappings().all()
+        else:
+            rows = source.execute(query).mappings().all()
+    return [model.model_validate(dict(row)) for row in rows]
+
+
+def _workflow_of_chat(source: Source) -> ColumnElement[Any]:
+    if _dialect(source) == "postgresql":
+        return literal_column("chats.workflow->>'name'")
+    return func.json_extract(_chats.c.workflow, "$.name")
+
+
+def _dialect(source: Source) -> str:
+    if isinstance(source, ChatArchive):
+        return source.engine.dialect.name
+    bind = source.get_bind() if isinstance(source, Session) else source
+    return bind.dialect.name
+
+
+def _day(source: Source, moment: ColumnElement[Any]) -> ColumnElement[Any]:
+    if _dialect(source) == "postgresql":
+        return func.to_char(func.timezone("UTC", moment), "YYYY-MM-DD")
+    return func.strftime("%Y-%m-%d", moment)
+
+
+def daily_usage(
+    source: Source,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    user_id: str | None = None,
+    model: str | None = None,
+    workflow: str | None = None,
+) -> list[DailyUsage]:
+    """Messages, chats, user turns, tool calls and tokens per UTC day and model
+    (the view ``daily_usage``, filterable)."""
+    calls = (
+        select(_tool_calls.c.chat_id, _tool_calls.c.message_position, func.count().label("calls"))
+        .group_by(_tool_calls.c.chat_id, _tool_calls.c.message_position)
+        .subquery()
+    )
+    day = _day(source, _messages.c.created_at).label("day")
+    chat_model = func.coalesce(_chats.c.model, _messages.c.model).label("model")
+    query = (
+        select(
+            day,
+            chat_model,
+            func.count(_messages.c.chat_id.distinct()).label("chats"),
+            func.count().label("messages"),
+            func.sum(case((_messages.c.role == "user", 1), else_=0)).label("user_turns"),
+            func.coalesce(func.sum(calls.c.calls), 0).label("tool_calls"),
+            func.coalesce(func.sum(_messages.c.prompt_tokens), 0).label("prompt_tokens"),
+            func.coalesce(func.sum(_messages.c.completion_tokens), 0).label("completion_tokens"),
+        )
+        .select_from(_messages)
+        .join(_chats, _chats.c.chat_id == _messages.c.chat_id)
+        .outerjoin(
+            calls,
+            (calls.c.chat_id == _messages.c.chat_id) & (calls.c.message_position == _messages.c.position),
+        )
+        .group_by(day, chat_model)
+        .order_by(day, chat_model)
+    )
+    query = _filtered(
+        query,
+        chat=_chats,
+        time=_messages.c.created_at,
+        workflow=_workflow_of_chat(source),
+        since=since,
+        until=until,
+        user_id=user_id,
+        model=model,
+        workflow_name=workflow,
+    )
+    return _rows(source, query, DailyUsage)
+
+
+def _per_chat(source: Source, key: ColumnElement[Any], **filters: Any) -> Select[Any]:
+    stats = _chat_stats
+    query = select(
+        key,
+        func.count().label("chats"),
+        func.sum(stats.c.message_count).label("messages"),
+        func.sum(stats.c.user_messages).label("user_turns"),
+        func.sum(stats.c.tool_calls).label("tool_calls"),
+        func.sum(stats.c.prompt_tokens).label("prompt_tokens"),
+        func.sum(stats.c.completion_tokens).label("completion_tokens"),
+    ).group_by(key)
+    return _filtered(query, chat=stats, time=stats.c.created_at, workflow=stats.c.workflow_name, **filters)
+
+
+def _feedback_columns() -> list[ColumnElement[Any]]:
+    stats = _chat_stats
+    scored = func.sum(case((stats.c.mean_score.is_not(None), stats.c.mean_score * stats.c.feedback_count)))
+    weights = func.sum(case((stats.c.mean_score.is_not(None), stats.c.feedback_count)))
+    return [
+        func.sum(stats.c.feedback_count).label("feedback_count"),
+        (scored / func.nullif(weights, 0)).label("mean_score"),
+    ]
+
+
+def model_usage(
+    source: Source,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    user_id: str | None = None,
+    model: str | None = None,
+    workflow: str | None = None,
+) -> list[ModelUsage]:
+    """Chats, messages, tool calls, tokens and feedback per chosen model."""
+    key = _chat_stats.c.model.label("model")
+    query = _per_chat(
+        source, key, since=since, until=until, user_id=user_id, model=model, workflow_name=workflow
+    )
+    query = query.add_columns(*_feedback_columns()).order_by(func.count().desc(), key)
+    return _rows(source, query, ModelUsage)
+
+
+def workflow_usage(
+    source: Source,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    user_id: str | None = None,
+    model: str | None = None,
+    workflow: str | None = None,
+) -> list[WorkflowUsage]:
+    """Chats, messages, tool calls, tokens and feedback per workflow."""
+    key = _chat_stats.c.workflow_name.label("workflow")
+    query = _per_chat(
+        source, key, since=since, until=until, user_id=user_id, model=model, workflow_name=workflow
+    )
+    query = query.add_columns(*_feedback_columns()).order_by(func.count().desc(), key)
+    return _rows(source, query, WorkflowUsage)
+
+
+def user_activity(
+    source: Source,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    user_id: str | None = None,
+    model: str | None = None,
+    workflow: str | None = None,
+) -> list[UserActivity]:
+    """Chats, messages, tool calls and tokens per user, with their first and last chat."""
+    key = _chat_stats.c.user_id.label("user_id")
+    query = _per_chat(
+        source, key, since=since, until=until, user_id=user_id, model=model, workflow_name=workflow
+    )
+    query = query.add_columns(
+        func.min(_chat_stats.c.created_at).label("first_chat_at"),
+        func.max(_chat_stats.c.created_at).label("last_chat_at"),
+    ).order_by(func.count().desc(), key)
+    return _rows(source, query, UserActivity)
+
+
+def tool_usage(
+    source: Source,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    user_id: str | None = None,
+    model: str | None = None,
+    workflow: str | None = None,
+) -> list[ToolUsage]:
+    """Calls per tool, answered or not (legacy function calls included)."""
+    results = _tool_call_results
+    calls = func.count()
+    unanswered = func.sum(1 - results.c.answered)
+    query = (
+        select(
+            results.c.tool_name,
+            calls.label("calls"),
+            func.sum(results.c.answered).label("answered"),
+            unanswered.label("unanswered"),
+            (1.0 * unanswered / calls).label("unanswered_share"),
+            func.avg(results.c.position_distance).label("mean_position_distance"),
+        )
+        .select_from(results)
+        .join(_chat_stats, _chat_stats.c.chat_id == results.c.chat_id)
+        .group_by(results.c.tool_name)
+        .order_by(calls.desc(), results.c.tool_name)
+    )
+    query = _filtered(
+        query,
+        chat=_chat_stats,
+        time=_chat_stats.c.created_at,
+        workflow=_chat_stats.c.workflow_name,
+        since=since,
+        until=until,
+        user_id=user_id,
+        model=model,
+        workflow_name=workflow,
+    )
+    return _rows(source, query, ToolUsage)
+
+
+def feedback_summary(
+    source: Source,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    user_id: str | None = None,
+    model: str | None = None,
+    workflow: str | None = None,
+) -> list[FeedbackSummary]:
+    """Feedback count, mean score and positive/negative shares per model and workflow."""
+    workflow_name = _workflow_of_chat(source).label("workflow")
+    count = func.count()
+    query = (
+        select(
+            _chats.c.model,
+            workflow_name,
+            count.label("feedback_count"),
+            func.avg(_feedback.c.score).label("mean_score"),
+            (1.0 * func.sum(case((_feedback.c.score > 0, 1), else_=0)) / count).label("positive_share"),
+            (1.0 * func.sum(case((_feedback.c.score < 0, 1), else_=0)) / count).label("negative_share"),
+        )
+        .select_from(_feedback)
+        .join(_chats, _chats.c.chat_id == _feedback.c.chat_id)
+        .group_by(_chats.c.model, workflow_name)
+        .order_by(count.desc(), _chats.c.model, workflow_name)
+    )
+    query = _filtered(
+        query,
+        chat=_chats,
+        time=_feedback.c.created_at,
+        workflow=_workflow_of_chat(source),
+        since=since,
+        until=until,
+        user_id=user_id,
+        model=model,
+        workflow_name=workflow,
+    )
+    return _rows(source, query, FeedbackSummary)
