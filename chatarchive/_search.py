@@ -125,18 +125,23 @@ def _postgres_statement(where: str) -> TextClause:
 
 def _sqlite_statement(where: str) -> TextClause:
     start, stop = HIGHLIGHT
+    # FTS5 functions (snippet, rank) must be computed before the window function,
+    # hence the materialized step.
     return text(
         f"""
-        SELECT hit.chat_id, m.uid, m.position, m.role, m.created_at, hit.rank, hit.snippet
-        FROM (
+        WITH matched AS MATERIALIZED (
             SELECT p.chat_id, p.message_position, -message_search.rank AS rank,
-                   snippet(message_search, 0, '{start}', '{stop}', '…', 24) AS snippet,
-                   row_number() OVER (
-                       PARTITION BY p.chat_id, p.message_position ORDER BY message_search.rank
-                   ) AS nth
+                   snippet(message_search, 0, '{start}', '{stop}', '…', 24) AS snippet
             FROM message_search
             JOIN content_parts p ON p.rowid = message_search.rowid
             WHERE message_search MATCH :query
+        )
+        SELECT hit.chat_id, m.uid, m.position, m.role, m.created_at, hit.rank, hit.snippet
+        FROM (
+            SELECT matched.*, row_number() OVER (
+                PARTITION BY chat_id, message_position ORDER BY rank DESC
+            ) AS nth
+            FROM matched
         ) hit
         JOIN messages m ON m.chat_id = hit.chat_id AND m.position = hit.message_position
         JOIN chats c ON c.chat_id = hit.chat_id

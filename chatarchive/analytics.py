@@ -163,7 +163,6 @@ _chats = _view("chats", "chat_id", "user_id", "model", "workflow", "created_at")
 _messages = _view(
     "messages", "chat_id", "position", "role", "model", "created_at", "prompt_tokens", "completion_tokens"
 )
-_tool_calls = _view("tool_calls", "chat_id", "message_position")
 _feedback = _view("feedback", "chat_id", "score", "created_at")
 
 
@@ -236,9 +235,10 @@ def daily_usage(
 ) -> list[DailyUsage]:
     """Messages, chats, user turns, tool calls and tokens per UTC day and model
     (the view ``daily_usage``, filterable)."""
+    results = _view("tool_call_results", "chat_id", "call_position")
     calls = (
-        select(_tool_calls.c.chat_id, _tool_calls.c.message_position, func.count().label("calls"))
-        .group_by(_tool_calls.c.chat_id, _tool_calls.c.message_position)
+        select(results.c.chat_id, results.c.call_position, func.count().label("calls"))
+        .group_by(results.c.chat_id, results.c.call_position)
         .subquery()
     )
     day = _day(source, _messages.c.created_at).label("day")
@@ -258,7 +258,7 @@ def daily_usage(
         .join(_chats, _chats.c.chat_id == _messages.c.chat_id)
         .outerjoin(
             calls,
-            (calls.c.chat_id == _messages.c.chat_id) & (calls.c.message_position == _messages.c.position),
+            (calls.c.chat_id == _messages.c.chat_id) & (calls.c.call_position == _messages.c.position),
         )
         .group_by(day, chat_model)
         .order_by(day, chat_model)

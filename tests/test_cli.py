@@ -207,3 +207,30 @@ def test_bench_reports_every_figure(run: Run, dialect: str) -> None:
         assert figures["ingest_raw_copy_own"] > 0
         assert report["ratios"]["save_many / raw COPY (own schema)"] > 0
     assert run("db", "current").stdout.strip() == "none"  # ran in a throwaway database
+
+
+def test_stats_and_search(run: Run, tmp_path: Path) -> None:
+    from .analytics_fixture import CHATS
+
+    run("db", "upgrade")
+    run("import", write(tmp_path / "fixture.json", json.dumps(CHATS)))
+    table = run("stats").stdout
+    assert "2026-03-02" in table
+    assert "messages per day" in table
+    assert "█" in table
+    by_tool = json.loads(run("stats", "--by", "tool", "--format", "json").stdout)
+    assert [(row["tool_name"], row["calls"]) for row in by_tool] == [
+        ("search", 3),
+        ("calc", 1),
+        ("lookup", 1),
+    ]
+    csv_lines = run("stats", "--by", "user", "--format", "csv", "--since", "2026-03-10").stdout.splitlines()
+    assert csv_lines[0].startswith("user_id,chats,messages")
+    assert csv_lines[1].startswith("u2,2,9")
+    for by in ("model", "workflow", "feedback"):
+        assert run("stats", "--by", by, "--model", "m1").stdout.strip()
+    hits = json.loads(run("search", "primer dimers", "--json").stdout)
+    assert [(hit["chat_id"], hit["position"]) for hit in hits] == [("alpha", 3), ("alpha", 4)]
+    assert "alpha [3] tool" in run("search", "primer").stdout
+    assert "no matches" in run("search", "'&:*").stderr
+    run("stats", "--by", "planet", expect=2)

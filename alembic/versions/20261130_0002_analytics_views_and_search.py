@@ -106,6 +106,7 @@ _DIALECT = {
     "postgresql": {
         "workflow_name": "c.workflow->>'name'",
         "day": "to_char({0} AT TIME ZONE 'UTC', 'YYYY-MM-DD')",
+        "week": "to_char(date_trunc('week', {0} AT TIME ZONE 'UTC'), 'YYYY-MM-DD')",
         "function_name": "m.extra->'function_call'->>'name'",
         "function_arguments": "m.extra->'function_call'->>'arguments'",
         "has_function_call": "jsonb_typeof(m.extra->'function_call') = 'object'",
@@ -117,6 +118,7 @@ _DIALECT = {
     "sqlite": {
         "workflow_name": "json_extract(c.workflow, '$.name')",
         "day": "strftime('%Y-%m-%d', {0})",
+        "week": "date({0}, '-6 days', 'weekday 1')",
         "function_name": "json_extract(m.extra, '$.function_call.name')",
         "function_arguments": "json_extract(m.extra, '$.function_call.arguments')",
         "has_function_call": "json_type(m.extra, '$.function_call') = 'object'",
@@ -191,7 +193,7 @@ VIEWS: dict[str, tuple[str, dict[str, str]]] = {
     "chat_stats": (
         """
         SELECT c.chat_id, c.user_id, c.model, {workflow_name} AS workflow_name, c.title,
-               c.created_at, c.updated_at, {created_day} AS created_day,
+               c.created_at, c.updated_at, {created_day} AS created_day, {created_week} AS created_week,
                c.message_count,
                coalesce(m.system_messages, 0) AS system_messages,
                coalesce(m.developer_messages, 0) AS developer_messages,
@@ -249,6 +251,7 @@ VIEWS: dict[str, tuple[str, dict[str, str]]] = {
             "created_at": "When the chat was created.",
             "updated_at": "When the chat was last written.",
             "created_day": "The UTC day the chat was created, YYYY-MM-DD.",
+            "created_week": "The Monday of the UTC week the chat was created, YYYY-MM-DD.",
             "message_count": "Messages in the chat.",
             "system_messages": "Messages with role system.",
             "developer_messages": "Messages with role developer.",
@@ -282,9 +285,9 @@ VIEWS: dict[str, tuple[str, dict[str, str]]] = {
             FROM messages m
             JOIN chats c ON c.chat_id = m.chat_id
             LEFT JOIN (
-                SELECT chat_id, message_position, count(*) AS calls FROM tool_calls
-                GROUP BY chat_id, message_position
-            ) t ON t.chat_id = m.chat_id AND t.message_position = m.position
+                SELECT chat_id, call_position, count(*) AS calls FROM tool_call_results
+                GROUP BY chat_id, call_position
+            ) t ON t.chat_id = m.chat_id AND t.call_position = m.position
         ) d
         GROUP BY d.day, d.model
         """,
@@ -294,7 +297,7 @@ VIEWS: dict[str, tuple[str, dict[str, str]]] = {
             "chats": "Chats with messages that day.",
             "messages": "Messages that day.",
             "user_turns": "User messages that day.",
-            "tool_calls": "Tool calls made that day.",
+            "tool_calls": "Tool calls made that day (legacy function calls included).",
             "prompt_tokens": "Prompt tokens that day.",
             "completion_tokens": "Completion tokens that day.",
         },
@@ -352,6 +355,7 @@ def upgrade() -> None:
     fill = {
         **words,
         "created_day": words["day"].format("c.created_at"),
+        "created_week": words["week"].format("c.created_at"),
         "message_day": words["day"].format("m.created_at"),
     }
     for name, (body, _) in VIEWS.items():

@@ -1,0 +1,272 @@
+"""Views, analytics functions, README queries and search, on a fixture with known answers."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from chatarchive import ChatArchive, ChatRepository, analytics
+
+from .analytics_fixture import CHATS
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+@pytest.fixture
+def loaded(repo: ChatRepository) -> ChatRepository:
+    repo.save_many(CHATS)
+    return repo
+
+
+def rows(session: Session, sql: str) -> list[tuple[Any, ...]]:
+    return [tuple(_plain(value) for value in row) for row in session.execute(text(sql))]
+
+
+def _plain(value: Any) -> Any:
+    """Numbers as floats rounded to 3 places (PostgreSQL gives Decimals, SQLite floats)."""
+    if isinstance(value, bool) or value is None or isinstance(value, (str, datetime)):
+        return value
+    if isinstance(value, int):
+        return value
+    return round(float(value), 3)
+
+
+def test_message_texts(loaded: ChatRepository, session: Session) -> None:
+    texts = {
+        (chat_id, position): value
+        for chat_id, position, value in rows(session, "SELECT chat_id, position, text FROM message_texts")
+    }
+    assert texts[("delta", 0)] == "Compare buffers\nA and B."
+    assert texts[("delta", 1)] == ""
+    assert texts[("alpha", 2)] is None
+    assert texts[("beta", 0)] == "What is on this gel image?"
+    assert len(texts) == 18
+
+
+def test_tool_call_results(loaded: ChatRepository, session: Session) -> None:
+    assert rows(
+        session,
+        "SELECT chat_id, call_position, call_index, kind, call_id, tool_name, arguments, result_position, "
+        "result_text, answered, position_distance FROM tool_call_results "
+        "ORDER BY chat_id, call_position, call_index",
+    ) == [
+        ("alpha", 2, 0, "tool_call", "a1", "search", '{"q": "pcr bands"}', 3, "primer dimers", 1, 1),
+        ("alpha", 6, 0, "tool_call", "a2", "calc", '{"tm": 62}', None, None, 0, None),
+        ("delta", 1, 0, "tool_call", "d1", "search", '"buffer A"', 2, "A: Tris", 1, 1),
+        ("delta", 1, 1, "tool_call", "d2", "search", '"buffer B"', 3, "B: HEPES", 1, 2),
+        ("gamma", 1, 0, "function_call", None, "lookup", '{"plate": 7}', 2, "plate 7: 96 wells", 1, 1),
+    ]
+
+
+def test_chat_stats(loaded: ChatRepository, session: Session) -> None:
+    columns = (
+        "chat_id, user_id, model, workflow_name, created_day, created_week, message_count, system_messages, "
+        "user_messages, assistant_messages, tool_messages, tool_calls, unanswered_tool_calls, text_parts, "
+        "image_parts, prompt_tokens, completion_tokens, feedback_count, mean_score"
+    )
+    assert rows(session, f"SELECT {columns} FROM chat_stats ORDER BY chat_id") == [
+        ("alpha", "u1", "m1", "qa", "2026-03-02", "2026-03-02", 7, 1, 2, 3, 1, 2, 1, 6, 0, 400, 60, 1, 1.0),
+        ("beta", "u1", "m2", "qa", "2026-03-03", "2026-03-02", 2, 0, 1, 1, 0, 0, 0, 2, 1, 50, 10, 1, -1.0),
+        ("delta", "u2", "m1", None, "2026-03-10", "2026-03-09", 5, 0, 1, 2, 2, 2, 0, 6, 0, 10, 5, 2, 0.5),
+        (
+            "gamma",
+            "u2",
+            "m1",
+            "cleanup",
+            "2026-03-10",
+            "2026-03-09",
+            4,
+            0,
+            1,
+            2,
+            1,
+            1,
+            0,
+            3,
+            0,
+            0,
+            0,
+            0,
+            None,
+        ),
+    ]
+
+
+DAILY = [
+    ("2026-03-02", "m1", 1, 7, 2, 2, 400, 60),
+    ("2026-03-03", "m2", 1, 2, 1, 0, 50, 10),
+    ("2026-03-10", "m1", 2, 7, 2, 3, 0, 0),
+    ("2026-03-11", "m1", 1, 2, 0, 0, 10, 5),
+]
+
+
+def test_daily_usage_view(loaded: ChatRepository, session: Session) -> None:
+    sql = (
+        "SELECT day, model, chats, messages, user_turns, tool_calls, prompt_tokens, completion_tokens "
+        "FROM daily_usage ORDER BY day, model"
+    )
+    assert rows(session, sql) == DAILY
+
+
+def test_feedback_summary_view(loaded: ChatRepository, session: Session) -> None:
+    sql = (
+        "SELECT model, workflow_name, feedback_count, mean_score, positive_share, negative_share "
+        "FROM feedback_summary ORDER BY model, feedback_count"
+    )
+    assert rows(session, sql) == [
+        ("m1", "qa", 1, 1.0, 1.0, 0.0),
+        ("m1", None, 2, 0.5, 0.5, 0.0),
+        ("m2", "qa", 1, -1.0, 0.0, 1.0),
+    ]
+
+
+# -- the analytics module ----------------------------------------------------------
+
+
+def test_daily_usage_function(loaded: ChatRepository, session: Session) -> None:
+    result = analytics.daily_usage(session)
+    assert [
+        (
+            r.day.isoformat(),
+            r.model,
+            r.chats,
+            r.messages,
+            r.user_turns,
+            r.tool_calls,
+            r.prompt_tokens,
+            r.completion_tokens,
+        )
+        for r in result
+    ] == DAILY
+    only_u2 = analytics.daily_usage(session, user_id="u2", since=datetime(2026, 3, 11, tzinfo=UTC))
+    assert [(r.day, r.messages) for r in only_u2] == [(date(2026, 3, 11), 2)]
+    assert [r.day for r in analytics.daily_usage(session, workflow="qa")] == [
+        date(2026, 3, 2),
+        date(2026, 3, 3),
+    ]
+
+
+def test_model_and_workflow_usage(loaded: ChatRepository, session: Session) -> None:
+    models = {r.model: r for r in analytics.model_usage(session)}
+    assert (models["m1"].chats, models["m1"].messages, models["m1"].tool_calls) == (3, 16, 5)
+    assert (models["m1"].feedback_count, round(models["m1"].mean_score or 0, 3)) == (3, 0.667)
+    assert (models["m2"].prompt_tokens, models["m2"].mean_score) == (50, -1.0)
+    workflows = {r.workflow: r for r in analytics.workflow_usage(session)}
+    assert set(workflows) == {"qa", "cleanup", None}
+    assert (workflows["qa"].chats, workflows["qa"].prompt_tokens, workflows["qa"].mean_score) == (2, 450, 0.0)
+    assert workflows["cleanup"].mean_score is None
+    assert [r.model for r in analytics.model_usage(session, until=datetime(2026, 3, 3, tzinfo=UTC))] == ["m1"]
+
+
+def test_tool_usage_and_users(loaded: ChatRepository, session: Session) -> None:
+    tools = [
+        (r.tool_name, r.calls, r.answered, r.unanswered, r.unanswered_share)
+        for r in analytics.tool_usage(session)
+    ]
+    assert tools == [("search", 3, 3, 0, 0.0), ("calc", 1, 0, 1, 1.0), ("lookup", 1, 1, 0, 0.0)]
+    assert [r.tool_name for r in analytics.tool_usage(session, model="m1", workflow="cleanup")] == ["lookup"]
+    users = {r.user_id: r for r in analytics.user_activity(session)}
+    assert (users["u1"].chats, users["u1"].messages, users["u1"].user_turns) == (2, 9, 3)
+    assert users["u2"].first_chat_at == datetime(2026, 3, 10, 12, tzinfo=UTC)
+    assert users["u2"].last_chat_at == datetime(2026, 3, 10, 23, 30, tzinfo=UTC)
+
+
+def test_feedback_summary_function(loaded: ChatRepository, session: Session) -> None:
+    summary = [
+        (r.model, r.workflow, r.feedback_count, r.mean_score) for r in analytics.feedback_summary(session)
+    ]
+    assert summary == [("m1", None, 2, 0.5), ("m1", "qa", 1, 1.0), ("m2", "qa", 1, -1.0)]
+    late = analytics.feedback_summary(session, since=datetime(2026, 3, 11, tzinfo=UTC))
+    assert [(r.model, r.feedback_count) for r in late] == [("m1", 2)]
+
+
+def test_analytics_take_the_archive_itself(archive: ChatArchive) -> None:
+    archive.save_many(CHATS)
+    assert [r.tool_name for r in analytics.tool_usage(archive)] == ["search", "calc", "lookup"]
+
+
+# -- README queries ---------------------------------------------------------------------
+
+README_ANSWERS: dict[str, list[tuple[Any, ...]]] = {
+    "tool_failure_rate": [("calc", 1, 1, 1.0), ("lookup", 1, 0, 0.0), ("search", 3, 0, 0.0)],
+    "chats_per_user_per_week": [("u1", "2026-03-02", 2), ("u2", "2026-03-09", 2)],
+    "user_turns_before_first_tool_call": [(1.0,)],
+    "feedback_by_model_per_month": [("m1", "2026-03", 3, 0.667), ("m2", "2026-03", 1, -1.0)],
+    "longest_chats": [("alpha", "u1", 7), ("delta", "u2", 5), ("gamma", "u2", 4), ("beta", "u1", 2)],
+    "tokens_per_workflow": [("qa", 450, 70, 520), ("(none)", 10, 5, 15), ("cleanup", 0, 0, 0)],
+    "multimodal_share": [(0.25,)],
+    "unanswered_tool_calls": [("alpha", 6, "calc", '{"tm": 62}')],
+    "busiest_days": [("2026-03-02", 7), ("2026-03-10", 7), ("2026-03-03", 2), ("2026-03-11", 2)],
+}
+
+
+def readme_queries() -> dict[str, str]:
+    section = README.read_text(encoding="utf-8").split("## SQL analytics", 1)[1].split("\n## ", 1)[0]
+    found = re.findall(r"```sql\n-- query: (\w+)\n(.*?)```", section, flags=re.DOTALL)
+    return dict(found)
+
+
+def test_the_readme_has_the_queries() -> None:
+    assert set(readme_queries()) == set(README_ANSWERS)
+    assert len(README_ANSWERS) >= 8
+
+
+@pytest.mark.parametrize("name", sorted(README_ANSWERS))
+def test_readme_query_gives_the_known_answer(loaded: ChatRepository, session: Session, name: str) -> None:
+    assert rows(session, readme_queries()[name]) == README_ANSWERS[name]
+
+
+# -- search -------------------------------------------------------------------------------
+
+
+def test_search_finds_ranks_and_highlights(loaded: ChatRepository) -> None:
+    hits = loaded.search("primer")
+    assert [(h.chat_id, h.position, h.role) for h in hits] == [
+        ("alpha", 3, "tool"),
+        ("alpha", 4, "assistant"),
+    ]
+    assert all("«" in h.snippet and "»" in h.snippet for h in hits)
+    assert hits[0].message_uid == loaded.get("alpha").messages[3].uid
+    assert hits[0].created_at == datetime(2026, 3, 2, 10, 3, tzinfo=UTC)
+
+
+def test_search_syntax(loaded: ChatRepository) -> None:
+    def found(query: str) -> list[tuple[str, int]]:
+        return [(h.chat_id, h.position) for h in loaded.search(query)]
+
+    assert sorted(found("band")) == [("alpha", 1), ("beta", 1)]  # stemming: "band" finds "bands"
+    assert found("nonspecific bands") == [("alpha", 1)]
+    assert found('"primer dimers"') == [("alpha", 3), ("alpha", 4)]
+    assert found("primer -probably") == [("alpha", 3)]
+    assert sorted(found("tris or hepes")) == [("delta", 2), ("delta", 3), ("delta", 4)]
+    assert found("compare buffers") == [("delta", 0)]
+
+
+@pytest.mark.parametrize(
+    "query", ["", "   ", "'", "&", ":*", "!!", "-", '"', "or", "the", "a & b | !c", "%_\\"]
+)
+def test_odd_search_input_is_harmless(loaded: ChatRepository, query: str) -> None:
+    assert isinstance(loaded.search(query), list)
+
+
+def test_search_filters(loaded: ChatRepository) -> None:
+    assert [h.chat_id for h in loaded.search("plate", user_id="u2")] == ["gamma", "gamma", "gamma"]
+    assert loaded.search("plate", user_id="u1") == []
+    assert [h.position for h in loaded.search("plate", role="function")] == [2]
+    assert [h.chat_id for h in loaded.search("gel", model="m2")] == ["beta"]
+    assert loaded.search("gel", model="m1") == []
+    assert [h.position for h in loaded.search("hepes", since=datetime(2026, 3, 11, tzinfo=UTC))] == [3, 4]
+    assert len(loaded.search("plate", limit=2)) == 2
+
+
+def test_search_through_the_archive(archive: ChatArchive) -> None:
+    archive.save_many(CHATS)
+    assert [h.chat_id for h in archive.search("dimers")] == ["alpha", "alpha"]
+    archive.delete("alpha")
+    assert archive.search("dimers") == []
