@@ -90,6 +90,7 @@ def run_bench(
     seed: int = 0,
     runs: int = 3,
     keep: bool = False,
+    analytics: bool = False,
     progress: Progress | None = None,
 ) -> BenchReport:
     """Load and read the synthetic workload; see the module docstring."""
@@ -106,7 +107,7 @@ def run_bench(
         try:
             archive.upgrade()
             bench = _Bench(archive, engine, docs, runs, seed, report_progress)
-            return bench.run()
+            return bench.run(analytics=analytics)
         finally:
             engine.dispose()
             gc.unfreeze()
@@ -133,6 +134,22 @@ def _database(url: URL, *, keep: bool) -> Iterator[URL]:
     finally:
         with psycopg.connect(server, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+#: Each view computed in full: every column an analyst would use is read.
+VIEW_AGGREGATES = {
+    "message_texts": "SELECT count(*), sum(length(text)) FROM message_texts",
+    "tool_call_results": (
+        "SELECT count(*), sum(answered), sum(length(result_text)), sum(position_distance) "
+        "FROM tool_call_results"
+    ),
+    "chat_stats": (
+        "SELECT sum(message_count), sum(user_messages), sum(tool_calls), sum(unanswered_tool_calls), "
+        "sum(image_parts), sum(prompt_tokens), sum(feedback_count), avg(mean_score) FROM chat_stats"
+    ),
+    "daily_usage": "SELECT * FROM daily_usage",
+    "feedback_summary": "SELECT * FROM feedback_summary",
+}
 
 
 def _median(values: Sequence[float]) -> float:
@@ -164,11 +181,13 @@ class _Bench:
         self.message_total = sum(len(doc["messages"]) for doc in docs)
         self.figures: dict[str, float | None] = {}
 
-    def run(self) -> BenchReport:
+    def run(self, *, analytics: bool = False) -> BenchReport:
         tool_calls = sum(len(m.get("tool_calls") or ()) for doc in self.docs for m in doc["messages"])
         self._ingest()
         self._storage()
         self._reads()
+        if analytics:
+            self._analytics()
         self._memory()
         return BenchReport(
             database=self.engine.url.render_as_string(),
@@ -396,6 +415,31 @@ class _Bench:
             for chat_id in chat_ids[:10]:
                 read(chat_id)
             return self._timed("get by hand", chat_ids, read)
+
+    # -- analytics -------------------------------------------------------------
+
+    def _analytics(self) -> None:
+        """Each view's full aggregate, each README query, and full-text searches."""
+        from ._workload import search_terms
+        from .analytics import READY_QUERIES
+
+        queries = {f"view_{name}_ms": sql for name, sql in VIEW_AGGREGATES.items()}
+        queries |= {f"query_{name}_ms": sql for name, sql in READY_QUERIES.items()}
+        for index, (name, sql) in enumerate(queries.items()):
+            self.progress(f"analytics: {name}", index, len(queries))
+            timings = []
+            for _ in range(3):
+                with self.engine.connect() as connection:
+                    start = time.perf_counter()
+                    connection.execute(text(sql)).all()
+                    timings.append((time.perf_counter() - start) * 1000)
+            self.figures[name] = _median(timings)
+        terms = search_terms()
+        for query in terms[:3]:
+            self.archive.search(query)  # warm up
+        searches = self._timed("search", terms * 5, self.archive.search)
+        self.figures["search_median_ms"] = _median(searches)
+        self.figures["search_p95_ms"] = _p95(searches)
 
     # -- storage and memory ------------------------------------------------------
 

@@ -485,8 +485,11 @@ def _highlighted(snippet: str) -> Text:
 @click.option(
     "--keep", is_flag=True, help="Run in the --db database itself (its chatarchive tables are emptied)."
 )
+@click.option("--analytics", is_flag=True, help="Also time the views, the README queries and searches.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-def bench(chats: int, messages: int, seed: int, runs: int, keep: bool, as_json: bool) -> None:
+def bench(
+    chats: int, messages: int, seed: int, runs: int, keep: bool, analytics: bool, as_json: bool
+) -> None:
     """Measure ingest, reads, storage and memory against the database's own limits.
 
     Runs in a throwaway database created next to --db (dropped afterwards)
@@ -504,7 +507,14 @@ def bench(chats: int, messages: int, seed: int, runs: int, keep: bool, as_json: 
             progress.update(task, description=phase, completed=done, total=total)
 
         result = run_bench(
-            _state().url, chats=chats, messages=messages, seed=seed, runs=runs, keep=keep, progress=report
+            _state().url,
+            chats=chats,
+            messages=messages,
+            seed=seed,
+            runs=runs,
+            keep=keep,
+            analytics=analytics,
+            progress=report,
         )
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2))

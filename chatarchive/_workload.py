@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from itertools import accumulate
 from typing import Any
 
-__all__ = ["generate_chats"]
+__all__ = ["generate_chats", "search_terms"]
 
 _LETTERS = "etaoinshrdlcumwfgypbvkjxqz"
 
@@ -163,3 +163,18 @@ def _chat(rng: random.Random, number: int, size: int, users: int) -> dict[str, A
             }
         )
     return document
+
+
+def search_terms() -> list[str]:
+    """Searches over the workload's text: common and rare words, phrases, exclusions."""
+    words = _VOCABULARY
+    return [
+        words[5],
+        words[60],
+        words[800],
+        words[4000],
+        f"{words[20]} {words[300]}",
+        f'"{words[2]} {words[3]}"',
+        f"{words[50]} -{words[0]}",
+        f"{words[700]} or {words[900]}",
+    ]

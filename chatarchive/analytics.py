@@ -41,6 +41,7 @@ from ._exceptions import database_errors
 from ._types import UTCDateTime
 
 __all__ = [
+    "READY_QUERIES",
     "DailyUsage",
     "FeedbackSummary",
     "ModelUsage",
@@ -54,6 +55,70 @@ __all__ = [
     "user_activity",
     "workflow_usage",
 ]
+
+#: The README's ready queries (plain SQL over the views; each runs on both databases).
+READY_QUERIES: dict[str, str] = {
+    "tool_failure_rate": """
+SELECT tool_name, COUNT(*) AS calls, SUM(1 - answered) AS unanswered,
+       ROUND(1.0 * SUM(1 - answered) / COUNT(*), 3) AS failure_rate
+FROM tool_call_results
+GROUP BY tool_name
+ORDER BY failure_rate DESC, tool_name
+""",
+    "chats_per_user_per_week": """
+SELECT user_id, created_week, COUNT(*) AS chats
+FROM chat_stats
+GROUP BY user_id, created_week
+ORDER BY user_id, created_week
+""",
+    "user_turns_before_first_tool_call": """
+SELECT AVG(1.0 * turns) AS user_turns_before_first_tool_call
+FROM (
+    SELECT f.chat_id,
+           (SELECT COUNT(*) FROM messages m
+            WHERE m.chat_id = f.chat_id AND m.role = 'user' AND m.position < f.first_call) AS turns
+    FROM (SELECT chat_id, MIN(call_position) AS first_call FROM tool_call_results GROUP BY chat_id) f
+) per_chat
+""",
+    "feedback_by_model_per_month": """
+SELECT s.model, SUBSTR(s.created_day, 1, 7) AS month, COUNT(*) AS feedback, AVG(f.score) AS mean_score
+FROM feedback f
+JOIN chat_stats s ON s.chat_id = f.chat_id
+GROUP BY s.model, SUBSTR(s.created_day, 1, 7)
+ORDER BY month, s.model
+""",
+    "longest_chats": """
+SELECT chat_id, user_id, message_count
+FROM chat_stats
+ORDER BY message_count DESC, chat_id
+LIMIT 10
+""",
+    "tokens_per_workflow": """
+SELECT COALESCE(workflow_name, '(none)') AS workflow, SUM(prompt_tokens) AS prompt_tokens,
+       SUM(completion_tokens) AS completion_tokens, SUM(prompt_tokens + completion_tokens) AS total_tokens
+FROM chat_stats
+GROUP BY COALESCE(workflow_name, '(none)')
+ORDER BY total_tokens DESC, workflow
+""",
+    "multimodal_share": """
+SELECT ROUND(1.0 * SUM(CASE WHEN image_parts + audio_parts + file_parts > 0 THEN 1 ELSE 0 END) / COUNT(*), 3)
+       AS multimodal_share
+FROM chat_stats
+""",
+    "unanswered_tool_calls": """
+SELECT chat_id, call_position, tool_name, arguments
+FROM tool_call_results
+WHERE answered = 0
+ORDER BY chat_id, call_position, call_index
+""",
+    "busiest_days": """
+SELECT day, SUM(messages) AS messages
+FROM daily_usage
+GROUP BY day
+ORDER BY messages DESC, day
+LIMIT 7
+""",
+}
 
 Source = ChatArchive | Session | Connection
 _Row = TypeVar("_Row", bound=BaseModel)

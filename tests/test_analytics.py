@@ -215,6 +215,9 @@ def readme_queries() -> dict[str, str]:
 def test_the_readme_has_the_queries() -> None:
     assert set(readme_queries()) == set(README_ANSWERS)
     assert len(README_ANSWERS) >= 8
+    assert {name: sql.strip() for name, sql in readme_queries().items()} == {
+        name: sql.strip() for name, sql in analytics.READY_QUERIES.items()
+    }
 
 
 @pytest.mark.parametrize("name", sorted(README_ANSWERS))
