@@ -18,6 +18,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -150,6 +151,15 @@ class MessageRow(Base):
 
     __table_args__ = (
         UniqueConstraint("chat_id", "uid"),
+        # Finds the tool message answering a call (the tool_call_results view).
+        Index(
+            "ix_messages_tool_results",
+            "chat_id",
+            "tool_call_id",
+            "position",
+            postgresql_where=text("role = 'tool'"),
+            sqlite_where=text("role = 'tool'"),
+        ),
         CheckConstraint("position >= 0", name="position_not_negative"),
         CheckConstraint("content_form IN ('string', 'parts', 'null', 'absent')", name="content_form_known"),
     )

@@ -97,57 +97,74 @@ def search_messages(
     ]
 
 
+#: PostgreSQL ranks at most this many matching text parts (all of them, for all
+#: but the most common words): ranking re-reads each part's text.
+RANKED_CANDIDATES = 200
+
+
 def _postgres_statement(where: str) -> TextClause:
     config = TEXT_SEARCH_CONFIG
     options = f"StartSel={HIGHLIGHT[0]}, StopSel={HIGHLIGHT[1]}, MaxWords=30, MinWords=10, MaxFragments=2"
     return text(
         f"""
-        WITH q AS (SELECT websearch_to_tsquery('{config}', :query) AS query)
-        SELECT hit.chat_id, m.uid, m.position, m.role, m.created_at, hit.rank,
-               ts_headline('{config}', hit.text, q.query, '{options}') AS snippet
-        FROM (
-            SELECT DISTINCT ON (p.chat_id, p.message_position)
-                   p.chat_id, p.message_position, p.text,
-                   ts_rank(to_tsvector('{config}', p.text), q.query) AS rank
-            FROM content_parts p, q
-            WHERE p.type = 'text' AND to_tsvector('{config}', p.text) @@ q.query
-            ORDER BY p.chat_id, p.message_position, rank DESC
-        ) hit
-        JOIN messages m ON m.chat_id = hit.chat_id AND m.position = hit.message_position
-        JOIN chats c ON c.chat_id = hit.chat_id
+        WITH q AS (SELECT websearch_to_tsquery('{config}', :query) AS query),
+        candidates AS (
+            SELECT p.chat_id, p.message_position, p.text
+            FROM content_parts p
+            CROSS JOIN q
+            JOIN messages m ON m.chat_id = p.chat_id AND m.position = p.message_position
+            JOIN chats c ON c.chat_id = p.chat_id
+            WHERE p.type = 'text' AND to_tsvector('{config}', p.text) @@ q.query{where}
+            LIMIT {RANKED_CANDIDATES}
+        ),
+        ranked AS (
+            SELECT DISTINCT ON (chat_id, message_position)
+                   chat_id, message_position, text, ts_rank(to_tsvector('{config}', text), q.query) AS rank
+            FROM candidates CROSS JOIN q
+            ORDER BY chat_id, message_position, rank DESC
+        ),
+        best AS (
+            SELECT * FROM ranked ORDER BY rank DESC, chat_id, message_position LIMIT :limit
+        )
+        SELECT best.chat_id, m.uid, m.position, m.role, m.created_at, best.rank,
+               ts_headline('{config}', best.text, q.query, '{options}') AS snippet
+        FROM best
+        JOIN messages m ON m.chat_id = best.chat_id AND m.position = best.message_position
         CROSS JOIN q
-        WHERE true{where}
-        ORDER BY hit.rank DESC, hit.chat_id, hit.message_position
-        LIMIT :limit
+        ORDER BY best.rank DESC, best.chat_id, best.message_position
         """
     )
 
 
 def _sqlite_statement(where: str) -> TextClause:
     start, stop = HIGHLIGHT
-    # FTS5 functions (snippet, rank) must be computed before the window function,
-    # hence the materialized step.
+    # FTS5's rank is computed for every match inside the FTS5 module (cheap);
+    # snippets only for the hits returned.
     return text(
         f"""
         WITH matched AS MATERIALIZED (
-            SELECT p.chat_id, p.message_position, -message_search.rank AS rank,
-                   snippet(message_search, 0, '{start}', '{stop}', '…', 24) AS snippet
-            FROM message_search
-            JOIN content_parts p ON p.rowid = message_search.rowid
-            WHERE message_search MATCH :query
-        )
-        SELECT hit.chat_id, m.uid, m.position, m.role, m.created_at, hit.rank, hit.snippet
-        FROM (
-            SELECT matched.*, row_number() OVER (
-                PARTITION BY chat_id, message_position ORDER BY rank DESC
-            ) AS nth
+            SELECT rowid AS part, -rank AS rank FROM message_search WHERE message_search MATCH :query
+        ),
+        hits AS (
+            SELECT p.chat_id, p.message_position, matched.part, matched.rank,
+                   row_number() OVER (
+                       PARTITION BY p.chat_id, p.message_position ORDER BY matched.rank DESC
+                   ) AS nth
             FROM matched
-        ) hit
-        JOIN messages m ON m.chat_id = hit.chat_id AND m.position = hit.message_position
-        JOIN chats c ON c.chat_id = hit.chat_id
-        WHERE hit.nth = 1{where}
-        ORDER BY hit.rank DESC, hit.chat_id, hit.message_position
-        LIMIT :limit
+            JOIN content_parts p ON p.rowid = matched.part
+            JOIN messages m ON m.chat_id = p.chat_id AND m.position = p.message_position
+            JOIN chats c ON c.chat_id = p.chat_id
+            WHERE true{where}
+        ),
+        best AS (
+            SELECT * FROM hits WHERE nth = 1 ORDER BY rank DESC, chat_id, message_position LIMIT :limit
+        )
+        SELECT best.chat_id, m.uid, m.position, m.role, m.created_at, best.rank,
+               (SELECT snippet(message_search, 0, '{start}', '{stop}', '…', 24) FROM message_search
+                WHERE message_search MATCH :query AND rowid = best.part) AS snippet
+        FROM best
+        JOIN messages m ON m.chat_id = best.chat_id AND m.position = best.message_position
+        ORDER BY best.rank DESC, best.chat_id, best.message_position
         """
     )
 

@@ -32,6 +32,7 @@ from sqlalchemy import (
     literal_column,
     select,
     table,
+    text,
 )
 from sqlalchemy.orm import Session
 
@@ -226,7 +227,15 @@ _chat_stats = _view(
 _tool_call_results = _view("tool_call_results", "chat_id", "tool_name", "answered", "position_distance")
 _chats = _view("chats", "chat_id", "user_id", "model", "workflow", "created_at")
 _messages = _view(
-    "messages", "chat_id", "position", "role", "model", "created_at", "prompt_tokens", "completion_tokens"
+    "messages",
+    "chat_id",
+    "position",
+    "role",
+    "model",
+    "created_at",
+    "prompt_tokens",
+    "completion_tokens",
+    "extra",
 )
 _feedback = _view("feedback", "chat_id", "score", "created_at")
 
@@ -264,10 +273,18 @@ def _rows(source: Source, query: Select[Any], model: type[_Row]) -> list[_Row]:
     with database_errors():
         if isinstance(source, ChatArchive):
             with source.engine.connect() as connection:
-                rows: Sequence[Any] = connection.execute(query).mappings().all()
+                rows: Sequence[Any] = _execute(connection, query)
         else:
-            rows = source.execute(query).mappings().all()
+            rows = _execute(source, query)
     return [model.model_validate(dict(row)) for row in rows]
+
+
+def _execute(executor: Session | Connection, query: Select[Any]) -> Sequence[Any]:
+    if _dialect(executor) == "postgresql":
+        # These queries take well under a second; PostgreSQL's JIT compiler, which
+        # their cost estimates would trigger, takes longer than that to compile them.
+        executor.execute(text("SET LOCAL jit = off"))
+    return executor.execute(query).mappings().all()
 
 
 def _workflow_of_chat(source: Source) -> ColumnElement[Any]:
@@ -281,6 +298,13 @@ def _dialect(source: Source) -> str:
         return source.engine.dialect.name
     bind = source.get_bind() if isinstance(source, Session) else source
     return bind.dialect.name
+
+
+def _legacy_function_call(source: Source) -> ColumnElement[bool]:
+    """Whether a message carries a legacy ``function_call`` (kept in ``extra``)."""
+    if _dialect(source) == "postgresql":
+        return literal_column("jsonb_typeof(messages.extra->'function_call')") == "object"
+    return func.json_type(_messages.c.extra, "$.function_call") == "object"
 
 
 def _day(source: Source, moment: ColumnElement[Any]) -> ColumnElement[Any]:
@@ -300,10 +324,10 @@ def daily_usage(
 ) -> list[DailyUsage]:
     """Messages, chats, user turns, tool calls and tokens per UTC day and model
     (the view ``daily_usage``, filterable)."""
-    results = _view("tool_call_results", "chat_id", "call_position")
+    tool_calls = _view("tool_calls", "chat_id", "message_position")
     calls = (
-        select(results.c.chat_id, results.c.call_position, func.count().label("calls"))
-        .group_by(results.c.chat_id, results.c.call_position)
+        select(tool_calls.c.chat_id, tool_calls.c.message_position, func.count().label("calls"))
+        .group_by(tool_calls.c.chat_id, tool_calls.c.message_position)
         .subquery()
     )
     day = _day(source, _messages.c.created_at).label("day")
@@ -315,7 +339,10 @@ def daily_usage(
             func.count(_messages.c.chat_id.distinct()).label("chats"),
             func.count().label("messages"),
             func.sum(case((_messages.c.role == "user", 1), else_=0)).label("user_turns"),
-            func.coalesce(func.sum(calls.c.calls), 0).label("tool_calls"),
+            (
+                func.coalesce(func.sum(calls.c.calls), 0)
+                + func.sum(case((_legacy_function_call(source), 1), else_=0))
+            ).label("tool_calls"),
             func.coalesce(func.sum(_messages.c.prompt_tokens), 0).label("prompt_tokens"),
             func.coalesce(func.sum(_messages.c.completion_tokens), 0).label("completion_tokens"),
         )
@@ -323,7 +350,7 @@ def daily_usage(
         .join(_chats, _chats.c.chat_id == _messages.c.chat_id)
         .outerjoin(
             calls,
-            (calls.c.chat_id == _messages.c.chat_id) & (calls.c.call_position == _messages.c.position),
+            (calls.c.chat_id == _messages.c.chat_id) & (calls.c.message_position == _messages.c.position),
         )
         .group_by(day, chat_model)
         .order_by(day, chat_model)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import sqlalchemy as sa
+
 from alembic import op
 
 revision: str = "0002"
@@ -107,6 +109,9 @@ _DIALECT = {
         "workflow_name": "c.workflow->>'name'",
         "day": "to_char({0} AT TIME ZONE 'UTC', 'YYYY-MM-DD')",
         "week": "to_char(date_trunc('week', {0} AT TIME ZONE 'UTC'), 'YYYY-MM-DD')",
+        # Group by a date, format once per group.
+        "date": "({0} AT TIME ZONE 'UTC')::date",
+        "date_label": "to_char({0}, 'YYYY-MM-DD')",
         "function_name": "m.extra->'function_call'->>'name'",
         "function_arguments": "m.extra->'function_call'->>'arguments'",
         "has_function_call": "jsonb_typeof(m.extra->'function_call') = 'object'",
@@ -114,11 +119,17 @@ _DIALECT = {
             "SELECT chat_id, message_position, string_agg(text, E'\\n' ORDER BY position) AS text "
             "FROM content_parts WHERE type = 'text' GROUP BY chat_id, message_position"
         ),
+        "text_of": (
+            "(SELECT string_agg(p.text, E'\\n' ORDER BY p.position) FROM content_parts p "
+            "WHERE p.chat_id = {0}.chat_id AND p.message_position = {1} AND p.type = 'text')"
+        ),
     },
     "sqlite": {
         "workflow_name": "json_extract(c.workflow, '$.name')",
         "day": "strftime('%Y-%m-%d', {0})",
         "week": "date({0}, '-6 days', 'weekday 1')",
+        "date": "strftime('%Y-%m-%d', {0})",
+        "date_label": "{0}",
         "function_name": "json_extract(m.extra, '$.function_call.name')",
         "function_arguments": "json_extract(m.extra, '$.function_call.arguments')",
         "has_function_call": "json_type(m.extra, '$.function_call') = 'object'",
@@ -127,6 +138,10 @@ _DIALECT = {
             "SELECT chat_id, message_position, group_concat(text, char(10)) AS text FROM "
             "(SELECT chat_id, message_position, position, text FROM content_parts WHERE type = 'text' "
             "ORDER BY chat_id, message_position, position) GROUP BY chat_id, message_position"
+        ),
+        "text_of": (
+            "(SELECT group_concat(p.text, char(10)) FROM (SELECT text FROM content_parts "
+            "WHERE chat_id = {0}.chat_id AND message_position = {1} AND type = 'text' ORDER BY position) p)"
         ),
     },
 }
@@ -152,7 +167,7 @@ VIEWS: dict[str, tuple[str, dict[str, str]]] = {
         """
         SELECT tc.chat_id, tc.message_position AS call_position, tc.position AS call_index,
                'tool_call' AS kind, tc.call_id, tc.name AS tool_name, tc.arguments,
-               a.position AS result_position, r.text AS result_text,
+               a.position AS result_position, {result_text_a} AS result_text,
                CASE WHEN a.position IS NULL THEN 0 ELSE 1 END AS answered,
                a.position - tc.message_position AS position_distance
         FROM tool_calls tc
@@ -160,10 +175,9 @@ VIEWS: dict[str, tuple[str, dict[str, str]]] = {
             SELECT chat_id, tool_call_id, min(position) AS position FROM messages
             WHERE tool_call_id IS NOT NULL AND role = 'tool' GROUP BY chat_id, tool_call_id
         ) a ON a.chat_id = tc.chat_id AND a.tool_call_id = tc.call_id
-        LEFT JOIN message_texts r ON r.chat_id = a.chat_id AND r.position = a.position
         UNION ALL
         SELECT f.chat_id, f.call_position, 0, 'function_call', NULL, f.tool_name, f.arguments,
-               f.result_position, r.text,
+               f.result_position, {result_text_f},
                CASE WHEN f.result_position IS NULL THEN 0 ELSE 1 END,
                f.result_position - f.call_position
         FROM (
@@ -174,7 +188,6 @@ VIEWS: dict[str, tuple[str, dict[str, str]]] = {
                       AND x.name = {function_name}) AS result_position
             FROM messages m WHERE m.extra IS NOT NULL AND {has_function_call}
         ) f
-        LEFT JOIN message_texts r ON r.chat_id = f.chat_id AND r.position = f.result_position
         """,
         {
             "chat_id": "The chat.",
@@ -273,21 +286,22 @@ VIEWS: dict[str, tuple[str, dict[str, str]]] = {
     ),
     "daily_usage": (
         """
-        SELECT d.day, d.model, count(DISTINCT d.chat_id) AS chats, count(*) AS messages,
+        SELECT {day_label} AS day, d.model, count(DISTINCT d.chat_id) AS chats, count(*) AS messages,
                sum(d.user_turn) AS user_turns, sum(d.tool_calls) AS tool_calls,
                sum(d.prompt_tokens) AS prompt_tokens, sum(d.completion_tokens) AS completion_tokens
         FROM (
-            SELECT {message_day} AS day, coalesce(c.model, m.model) AS model, m.chat_id,
+            SELECT {message_date} AS day, coalesce(c.model, m.model) AS model, m.chat_id,
                    CASE WHEN m.role = 'user' THEN 1 ELSE 0 END AS user_turn,
-                   coalesce(t.calls, 0) AS tool_calls,
+                   coalesce(t.calls, 0)
+                   + CASE WHEN m.extra IS NOT NULL AND {has_function_call} THEN 1 ELSE 0 END AS tool_calls,
                    coalesce(m.prompt_tokens, 0) AS prompt_tokens,
                    coalesce(m.completion_tokens, 0) AS completion_tokens
             FROM messages m
             JOIN chats c ON c.chat_id = m.chat_id
             LEFT JOIN (
-                SELECT chat_id, call_position, count(*) AS calls FROM tool_call_results
-                GROUP BY chat_id, call_position
-            ) t ON t.chat_id = m.chat_id AND t.call_position = m.position
+                SELECT chat_id, message_position, count(*) AS calls FROM tool_calls
+                GROUP BY chat_id, message_position
+            ) t ON t.chat_id = m.chat_id AND t.message_position = m.position
         ) d
         GROUP BY d.day, d.model
         """,
@@ -330,6 +344,13 @@ PG_SEARCH_INDEX = (
     f"CREATE INDEX ix_content_parts_text_search ON content_parts "
     f"USING gin (to_tsvector('{TEXT_SEARCH_CONFIG}', text)) WHERE type = 'text'"
 )
+# The views join on (chat_id, position) pairs; without these the planner takes
+# the two columns for independent and misjudges group counts by 10x.
+PG_STATISTICS = [
+    "CREATE STATISTICS st_content_parts_message (ndistinct) ON chat_id, message_position FROM content_parts",
+    "CREATE STATISTICS st_tool_calls_message (ndistinct) ON chat_id, message_position FROM tool_calls",
+    "CREATE STATISTICS st_messages_tool_call (ndistinct) ON chat_id, tool_call_id FROM messages",
+]
 SQLITE_SEARCH = [
     "CREATE VIRTUAL TABLE message_search USING fts5("
     "text, content='content_parts', content_rowid='rowid', tokenize='porter unicode61')",
@@ -356,8 +377,19 @@ def upgrade() -> None:
         **words,
         "created_day": words["day"].format("c.created_at"),
         "created_week": words["week"].format("c.created_at"),
-        "message_day": words["day"].format("m.created_at"),
+        "message_date": words["date"].format("m.created_at"),
+        "day_label": words["date_label"].format("d.day"),
+        "result_text_a": words["text_of"].format("a", "a.position"),
+        "result_text_f": words["text_of"].format("f", "f.result_position"),
     }
+    # Answers to tool calls are found through these two partial indexes.
+    op.create_index(
+        "ix_messages_tool_results",
+        "messages",
+        ["chat_id", "tool_call_id", "position"],
+        postgresql_where=sa.text("role = 'tool'"),
+        sqlite_where=sa.text("role = 'tool'"),
+    )
     for name, (body, _) in VIEWS.items():
         op.execute(f"CREATE VIEW {name} AS {body.format(**fill)}")
     if dialect == "postgresql":
@@ -369,6 +401,8 @@ def upgrade() -> None:
             for column, column_comment in columns.items():
                 op.execute(f"COMMENT ON COLUMN {name}.{column} IS {_quote(column_comment)}")
         op.execute(PG_SEARCH_INDEX)
+        for statement in PG_STATISTICS:
+            op.execute(statement)
     else:
         for statement in SQLITE_SEARCH:
             op.execute(statement)
@@ -378,6 +412,8 @@ def downgrade() -> None:
     dialect = op.get_bind().dialect.name
     if dialect == "postgresql":
         op.execute("DROP INDEX ix_content_parts_text_search")
+        for name in ("st_content_parts_message", "st_tool_calls_message", "st_messages_tool_call"):
+            op.execute(f"DROP STATISTICS {name}")
         for table in TABLE_COMMENTS:
             op.execute(f"COMMENT ON TABLE {table} IS NULL")
             for column in COLUMN_COMMENTS[table]:
@@ -388,3 +424,4 @@ def downgrade() -> None:
         op.execute("DROP TABLE message_search")
     for name in reversed(list(VIEWS)):
         op.execute(f"DROP VIEW {name}")
+    op.drop_index("ix_messages_tool_results", table_name="messages")
