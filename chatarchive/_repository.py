@@ -28,7 +28,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
-from sqlalchemy.schema import AddConstraint, CreateIndex, DropConstraint, DropIndex
 from sqlalchemy.sql.selectable import TextualSelect
 
 from ._document import (
@@ -80,6 +79,20 @@ _DOCUMENT_ORDER = {
     feedback: (feedback.c.chat_id, feedback.c.position),
 }
 
+
+# The archive's foreign keys and its indexes that back no constraint, with their
+# definitions, from PostgreSQL's catalog (for the bulk-load mode).
+_FOREIGN_KEYS = text(
+    "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint "
+    "WHERE contype = 'f' AND conrelid::regclass::text = ANY(:tables) "
+    "ORDER BY conrelid::regclass::text, conname"
+)
+_SECONDARY_INDEXES = text(
+    "SELECT t.relname, i.relname, pg_get_indexdef(i.oid) FROM pg_index x "
+    "JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid "
+    "WHERE t.relname = ANY(:tables) AND t.relnamespace = to_regnamespace(current_schema()) "
+    "AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = x.indexrelid) ORDER BY i.relname"
+)
 
 # Chat rows, and the child rows of each chat by chat id and table.
 _Rows = Sequence[Mapping[Any, Any]]
@@ -237,25 +250,28 @@ class ChatRepository:
     def _bulk_load(self) -> Iterator[None]:
         """PostgreSQL's recipe for a bulk load: drop the foreign keys and secondary
         indexes, load, re-create them (checking every row in one pass). All of it
-        in a savepoint, so a failure leaves the constraints as they were."""
+        in a savepoint, so a failure leaves the constraints as they were.
+
+        The definitions are read from the catalog, so indexes created in SQL (the
+        full-text index) and any an operator added are rebuilt as they were."""
         if self._session.get_bind().dialect.name != "postgresql":
             yield
             return
-        tables = metadata.sorted_tables
-        foreign_keys = [fk for table in tables for fk in table.foreign_key_constraints]
-        indexes = [index for table in tables for index in table.indexes]
+        names = [table.name for table in metadata.sorted_tables]
         with self._session.begin_nested():
-            names = ", ".join(table.name for table in tables)
-            self._execute(text(f"LOCK TABLE {names} IN ACCESS EXCLUSIVE MODE"))
-            for fk in foreign_keys:
-                self._execute(DropConstraint(fk))
-            for index in indexes:
-                self._execute(DropIndex(index))
+            self._execute(text(f"LOCK TABLE {', '.join(names)} IN ACCESS EXCLUSIVE MODE"))
+            tables = {"tables": names}
+            foreign_keys = self._session.execute(_FOREIGN_KEYS, tables).all()
+            indexes = self._session.execute(_SECONDARY_INDEXES, tables).all()
+            for table_name, name, _ in foreign_keys:
+                self._execute(text(f'ALTER TABLE {table_name} DROP CONSTRAINT "{name}"'))
+            for _, name, _ in indexes:
+                self._execute(text(f'DROP INDEX "{name}"'))
             yield
-            for index in indexes:
-                self._execute(CreateIndex(index))
-            for fk in foreign_keys:
-                self._execute(AddConstraint(fk))
+            for _, _, definition in indexes:
+                self._execute(text(definition))
+            for table_name, name, definition in foreign_keys:
+                self._execute(text(f'ALTER TABLE {table_name} ADD CONSTRAINT "{name}" {definition}'))
 
     def append(
         self,
