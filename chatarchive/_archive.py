@@ -13,7 +13,7 @@ from sqlalchemy import URL, Engine, inspect, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from ._document import ChatDocument, ChatPage, Feedback, Message
+from ._document import ChatDocument, ChatPage, Feedback, Limits, Message
 from ._engine import create_engine
 from ._exceptions import DatabaseError, InvalidDocument, SchemaNotReady, database_errors
 from ._ingest import prepared_batches
@@ -24,6 +24,9 @@ from ._search import SearchHit
 __all__ = ["ChatArchive"]
 
 _T = TypeVar("_T")
+
+
+_TABLES = ("chats", "chat_tags", "messages", "content_parts", "tool_calls", "feedback")
 
 
 def _connection_lost(error: DatabaseError) -> bool:
@@ -39,20 +42,43 @@ class ChatArchive:
             ``sqlite:///chatarchive.db`` in the working directory.
             ``postgresql://`` URLs use psycopg 3.
         engine: use this engine instead of creating one from ``url``.
+        limits: the largest input accepted (:class:`Limits`; defaults if not given).
+        statement_timeout: seconds after which PostgreSQL cancels a statement
+            (the call then raises :class:`DatabaseError` and changes nothing).
         **engine_options: passed to :func:`sqlalchemy.create_engine`.
 
     Use :meth:`transaction` to make several calls in one transaction.
     """
 
     def __init__(
-        self, url: str | URL | None = None, *, engine: Engine | None = None, **engine_options: Any
+        self,
+        url: str | URL | None = None,
+        *,
+        engine: Engine | None = None,
+        limits: Limits | None = None,
+        statement_timeout: float | None = None,
+        **engine_options: Any,
     ) -> None:
-        self._engine = engine if engine is not None else create_engine(url, **engine_options)
         self._owns_engine = engine is None
+        if engine is None:
+            engine = create_engine(url, statement_timeout=statement_timeout, **engine_options)
+        self._engine = engine
+        self._limits = limits
+        self._user_id: str | None = None
         self._schema_ready = False
         # Reads that are one statement need no transaction on PostgreSQL.
         self._postgres = self._engine.dialect.name == "postgresql"
         self._autocommit = self._engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    def for_user(self, user_id: str) -> ChatArchive:
+        """The same archive seen by one user: every call only sees that user's
+        chats (another user's chat is reported as not found), and saved chats
+        belong to that user. On PostgreSQL, each transaction also sets
+        ``chatarchive.user_id`` for row-level security (``chatarchive db rls on``)."""
+        scoped = ChatArchive(engine=self._engine, limits=self._limits)
+        scoped._user_id = user_id
+        scoped._schema_ready = self._schema_ready
+        return scoped
 
     @property
     def engine(self) -> Engine:
@@ -88,7 +114,10 @@ class ChatArchive:
     def _session(self, *, savepoints: bool) -> Iterator[ChatRepository]:
         self._require_schema()
         with database_errors(), Session(self._engine) as session, session.begin():
-            yield ChatRepository(session, savepoints=savepoints)
+            yield self._repository(session, savepoints=savepoints)
+
+    def _repository(self, session: Session, *, savepoints: bool) -> ChatRepository:
+        return ChatRepository(session, savepoints=savepoints, limits=self._limits, user_id=self._user_id)
 
     def _call(self, method: Callable[[ChatRepository], _T]) -> _T:
         with self._session(savepoints=False) as repository:
@@ -103,7 +132,10 @@ class ChatArchive:
                 if not self._postgres:
                     return self._call(method)
                 with database_errors(), Session(self._autocommit) as session:
-                    return method(ChatRepository(session, savepoints=False))
+                    repository = ChatRepository(
+                        session, savepoints=False, limits=self._limits, user_id=self._user_id
+                    )
+                    return method(repository)
             except DatabaseError as exc:
                 if attempt == 2 or not _connection_lost(exc):
                     raise
@@ -153,7 +185,8 @@ class ChatArchive:
             raise InvalidDocument("batch_size must be at least 1", field="batch_size")
         self._require_schema()
         saved = 0
-        for batch in prepared_batches(docs, batch_size, stop_at_error=on_error is None):
+        batches = prepared_batches(docs, batch_size, stop_at_error=on_error is None, limits=self._limits)
+        for batch in batches:
             with self._session(savepoints=False) as repo:
                 saved += repo._save_prepared(batch, on_error)
         return saved
@@ -270,6 +303,37 @@ class ChatArchive:
         from ._migrations import current_revision
 
         return current_revision(self._engine)
+
+    def row_level_security(self) -> bool:
+        """Whether PostgreSQL row-level security is on for the archive's tables."""
+        if not self._postgres:
+            return False
+        with database_errors(), self._engine.connect() as connection:
+            query = text(
+                "SELECT bool_and(relrowsecurity AND relforcerowsecurity) FROM pg_class "
+                "WHERE relname = ANY(:tables) AND relnamespace = to_regnamespace(current_schema())"
+            )
+            return bool(connection.execute(query, {"tables": list(_TABLES)}).scalar())
+
+    def set_row_level_security(self, enabled: bool) -> None:
+        """Turn PostgreSQL row-level security on or off for the archive's tables.
+
+        With it on, a transaction that sets ``chatarchive.user_id`` (as
+        :meth:`for_user` does) sees only that user's rows, whatever SQL it runs;
+        one that does not set it sees every row. Needs the tables' owner.
+
+        Raises:
+            SchemaNotReady: on SQLite, which has no row-level security.
+        """
+        if not self._postgres:
+            raise SchemaNotReady("row-level security needs PostgreSQL")
+        self._require_schema()
+        action = "ENABLE" if enabled else "DISABLE"
+        force = "FORCE" if enabled else "NO FORCE"
+        with database_errors(), self._engine.begin() as connection:
+            for table in _TABLES:
+                connection.execute(text(f"ALTER TABLE {table} {action} ROW LEVEL SECURITY"))
+                connection.execute(text(f"ALTER TABLE {table} {force} ROW LEVEL SECURITY"))
 
     def check(self) -> list[str]:
         """Problems that keep the database from matching this version (empty: none)."""

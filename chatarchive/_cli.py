@@ -132,6 +132,20 @@ def db_check() -> None:
     click.echo("ok")
 
 
+@db.command("rls")
+@click.argument("state", type=click.Choice(["on", "off", "status"]), default="status")
+def db_rls(state: str) -> None:
+    """Turn PostgreSQL row-level security on or off (or show it).
+
+    With it on, a transaction that sets the setting chatarchive.user_id (as a
+    scoped archive does) sees only that user's chats, whatever SQL it runs.
+    """
+    archive = _state().archive
+    if state != "status":
+        archive.set_row_level_security(state == "on")
+    click.echo("on" if archive.row_level_security() else "off")
+
+
 # -- import / export -------------------------------------------------------------
 
 

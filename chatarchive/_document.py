@@ -14,6 +14,7 @@ import builtins
 import math
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Self, TypeVar
 
@@ -37,11 +38,13 @@ from ._exceptions import InvalidDocument
 
 __all__ = [
     "ARCHIVE_MESSAGE_FIELDS",
+    "DEFAULT_LIMITS",
     "ChatDocument",
     "ChatPage",
     "ChatSummary",
     "ContentPart",
     "Feedback",
+    "Limits",
     "Message",
     "ToolCall",
     "ToolFunction",
@@ -79,6 +82,26 @@ Timestamp = Annotated[datetime, AfterValidator(_aware)]
 Identifier = Annotated[str, Field(**_ID_LENGTH)]
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one document may hold; larger input is refused with InvalidDocument.
+
+    Attributes:
+        max_message_bytes: a message's size: the UTF-8 bytes of its strings
+            (text, arguments, data URLs, unknown keys...), 8 MiB by default.
+        max_parts: content parts in one message, 1,000 by default.
+        max_json_depth: nesting of free-form JSON (metadata, unknown keys,
+            tool call data), 64 levels by default.
+    """
+
+    max_message_bytes: int = 8 * 2**20
+    max_parts: int = 1000
+    max_json_depth: int = 64
+
+
+DEFAULT_LIMITS = Limits()
+
+
 class _PathError(ValueError):
     """A validation failure below the field pydantic reports, at ``path``."""
 
@@ -102,11 +125,14 @@ _PLAIN_SCALARS = frozenset({bool, int, type(None), datetime})
 _BAD_UNICODE = "string is not valid Unicode (lone surrogate)"
 
 
-def _json_problem(value: object) -> _PathError | None:
+def _json_problem(value: object, depth: int = 0, limit: int = 64) -> _PathError | None:
     """What JSON (and so the archive) cannot hold: non-JSON types, non-string
-    keys, NaN and infinities, strings that are not valid Unicode. The path is
-    built only when something is wrong (innermost first, reversed at the end)."""
+    keys, NaN and infinities, strings that are not valid Unicode, nesting deeper
+    than ``limit``. The path is built only when something is wrong (innermost
+    first, reversed at the end)."""
     kind = type(value)
+    if depth > limit and kind in (dict, list):
+        return _PathError(f"JSON nested deeper than {limit} levels", ())
     if kind is str:
         return None if _valid_unicode(value) else _PathError(_BAD_UNICODE, ())  # type: ignore[arg-type]
     if kind is dict:
@@ -115,13 +141,13 @@ def _json_problem(value: object) -> _PathError | None:
                 return _PathError(f"object key {key!r} is not a string", ())
             if not _valid_unicode(key):
                 return _PathError(_BAD_UNICODE, ())
-            if type(item) not in _PLAIN_SCALARS and (problem := _json_problem(item)):
+            if type(item) not in _PLAIN_SCALARS and (problem := _json_problem(item, depth + 1, limit)):
                 problem.path = (*problem.path, key)
                 return problem
         return None
     if kind is list:
         for index, item in enumerate(value):  # type: ignore[arg-type]
-            if type(item) not in _PLAIN_SCALARS and (problem := _json_problem(item)):
+            if type(item) not in _PLAIN_SCALARS and (problem := _json_problem(item, depth + 1, limit)):
                 problem.path = (*problem.path, index)
                 return problem
         return None
@@ -131,18 +157,18 @@ def _json_problem(value: object) -> _PathError | None:
         return None
     # Subclasses (a StrEnum, an OrderedDict, ...) are checked as their base type.
     if isinstance(value, str):
-        return _json_problem(str.__str__(value))
+        return _json_problem(str.__str__(value), depth, limit)
     if isinstance(value, float):
-        return _json_problem(float(value))
+        return _json_problem(float(value), depth, limit)
     if isinstance(value, dict):
-        return _json_problem(dict(value))
+        return _json_problem(dict(value), depth, limit)
     if isinstance(value, list):
-        return _json_problem(list(value))
+        return _json_problem(list(value), depth, limit)
     return _PathError(f"a {kind.__name__} is not a JSON value", ())
 
 
-def _check_json(value: object, name: str) -> None:
-    problem = _json_problem(value)
+def _check_json(value: object, name: str, limits: Limits) -> None:
+    problem = _json_problem(value, 0, limits.max_json_depth)
     if problem is not None:
         problem.path = (name, *reversed(problem.path))
         raise problem
@@ -166,8 +192,10 @@ class _Record(BaseModel):
 
     @model_validator(mode="after")
     def _values_are_json(self, info: ValidationInfo) -> Self:
-        if info.context is not None and info.context.get("trusted"):
+        context = info.context or {}
+        if context.get("trusted"):
             return self  # read back from the archive, checked when it was written
+        limits: Limits = context.get("limits", DEFAULT_LIMITS)
         # Only what the input gave can be wrong: defaults are fine. Typed lists of
         # records (messages, parts, tool calls) were checked record by record.
         values = self.__dict__
@@ -180,7 +208,7 @@ class _Record(BaseModel):
             if kind is list and value and isinstance(value[0], BaseModel):
                 continue
             if not isinstance(value, BaseModel):
-                _check_json(value, name)
+                _check_json(value, name, limits)
         return self
 
     @model_serializer(mode="wrap")
@@ -191,6 +219,24 @@ class _Record(BaseModel):
             if name not in given and data.get(name, 0) is None:
                 del data[name]
         return data
+
+
+def _size(value: object, depth: int = 0) -> int:
+    """About the UTF-8 size of a value's JSON: its strings count in full.
+    (Nesting is bounded by the JSON check; past 200 levels this stops counting.)"""
+    if isinstance(value, str):
+        return len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))
+    if depth > 200:
+        return 8
+    if isinstance(value, dict):
+        return sum(_size(key) + _size(item, depth + 1) for key, item in value.items())
+    if isinstance(value, list):
+        return sum(_size(item, depth + 1) for item in value)
+    if isinstance(value, BaseModel):
+        fields = sum(_size(item, depth + 1) for item in value.__dict__.values() if item is not None)
+        extra = value.__pydantic_extra__ or {}
+        return fields + sum(_size(key) + _size(item, depth + 1) for key, item in extra.items())
+    return 8
 
 
 def _content_form(value: object) -> object:
@@ -291,6 +337,21 @@ class Message(_Record):
     finish_reason: str | None = None
     usage: Usage | None = None
 
+    @model_validator(mode="after")
+    def _within_limits(self, info: ValidationInfo) -> Self:
+        context = info.context or {}
+        if context.get("trusted"):
+            return self
+        limits: Limits = context.get("limits", DEFAULT_LIMITS)
+        if isinstance(self.content, list) and len(self.content) > limits.max_parts:
+            raise _PathError(
+                f"{len(self.content)} content parts; at most {limits.max_parts} are allowed", ("content",)
+            )
+        size = _size(self)
+        if size > limits.max_message_bytes:
+            raise _PathError(f"message of {size} bytes; at most {limits.max_message_bytes} are allowed", ())
+        return self
+
     def to_openai(self) -> dict[str, Any]:
         """This message as an OpenAI message dict, archive fields left out."""
         return self.model_dump(mode="json", exclude=set(ARCHIVE_MESSAGE_FIELDS))
@@ -351,7 +412,7 @@ class ChatDocument(_Record):
         return self
 
     @classmethod
-    def parse(cls, data: object) -> ChatDocument:
+    def parse(cls, data: object, *, limits: Limits | None = None) -> ChatDocument:
         """Validate ``data`` (a mapping, or a ``ChatDocument``) into a document.
 
         Raises:
@@ -359,7 +420,7 @@ class ChatDocument(_Record):
         """
         if isinstance(data, ChatDocument):
             return data
-        return _validated(cls, data, chat_id=_chat_id_of(data))
+        return _validated(cls, data, chat_id=_chat_id_of(data), limits=limits)
 
     @classmethod
     def from_openai(cls, messages: Iterable[Mapping[str, Any]], **chat_fields: Any) -> ChatDocument:
@@ -413,7 +474,11 @@ def _chat_id_of(data: object) -> str | None:
 
 
 def parse_messages(
-    messages: Iterable[Message | Mapping[str, Any]], *, chat_id: str | None, first_index: int = 0
+    messages: Iterable[Message | Mapping[str, Any]],
+    *,
+    chat_id: str | None,
+    first_index: int = 0,
+    limits: Limits | None = None,
 ) -> list[Message]:
     """Validate messages one by one, naming the chat and the message's index
     (counted from ``first_index``) in any error."""
@@ -425,25 +490,31 @@ def parse_messages(
             parsed.append(message)
             continue
         try:
-            parsed.append(Message.model_validate(message))
+            parsed.append(Message.model_validate(message, context=_context(limits)))
         except ValidationError as exc:
             raise _invalid(exc, message, chat_id=chat_id, prefix=("messages", first_index + offset)) from None
     return parsed
 
 
-def parse_feedback(item: Feedback | Mapping[str, Any], *, chat_id: str | None) -> Feedback:
+def parse_feedback(
+    item: Feedback | Mapping[str, Any], *, chat_id: str | None, limits: Limits | None = None
+) -> Feedback:
     """Validate one feedback item."""
     if isinstance(item, Feedback):
         return item
     try:
-        return Feedback.model_validate(item)
+        return Feedback.model_validate(item, context=_context(limits))
     except ValidationError as exc:
         raise _invalid(exc, item, chat_id=chat_id, prefix=("feedback",)) from None
 
 
-def _validated(model: type[_M], data: object, *, chat_id: str | None) -> _M:
+def _context(limits: Limits | None) -> dict[str, Any] | None:
+    return None if limits is None else {"limits": limits}
+
+
+def _validated(model: type[_M], data: object, *, chat_id: str | None, limits: Limits | None = None) -> _M:
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=_context(limits))
     except ValidationError as exc:
         raise _invalid(exc, data, chat_id=chat_id) from None
 

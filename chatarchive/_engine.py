@@ -36,7 +36,9 @@ def database_url(url: str | URL | None = None) -> URL:
 PING_AFTER_IDLE = 1.0
 
 
-def create_engine(url: str | URL | None = None, **options: Any) -> Engine:
+def create_engine(
+    url: str | URL | None = None, *, statement_timeout: float | None = None, **options: Any
+) -> Engine:
     """An engine for the archive's database, set up for chatarchive's needs.
 
     A PostgreSQL connection that has sat idle in the pool for more than
@@ -45,9 +47,16 @@ def create_engine(url: str | URL | None = None, **options: Any) -> Engine:
     skip the round trip that ``pool_pre_ping`` would cost on every call.
     SQLite connections enforce foreign keys, wait for locks, use WAL on files,
     and let SQLAlchemy (not the driver) begin transactions so that savepoints
-    work.
+    work. ``statement_timeout`` (seconds) applies to every PostgreSQL statement.
     """
     parsed = database_url(url)
+    if statement_timeout is not None and parsed.get_backend_name() == "postgresql":
+        connect_args = dict(options.pop("connect_args", {}))
+        milliseconds = max(1, round(statement_timeout * 1000))
+        connect_args["options"] = (
+            f"{connect_args.get('options', '')} -c statement_timeout={milliseconds}".strip()
+        )
+        options["connect_args"] = connect_args
     engine = sqlalchemy.create_engine(parsed, **options)
     if parsed.get_backend_name() == "postgresql" and not options.get("pool_pre_ping"):
         _ping_idle_connections(engine)

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from sqlalchemy import Boolean, Double, Integer, Table, insert
 from sqlalchemy.orm import Session
 
-from ._document import ChatDocument
+from ._document import ChatDocument, Limits
 from ._exceptions import InvalidDocument
 from ._rows import ChatRows, document_to_rows
 from ._types import ArchiveText, JsonObject, UTCDateTime, escape_text, postgres_json_text
@@ -54,7 +54,11 @@ AHEAD = 2
 
 
 def prepared_batches(
-    docs: Iterable[ChatDocument | Mapping[str, Any]], batch_size: int, *, stop_at_error: bool
+    docs: Iterable[ChatDocument | Mapping[str, Any]],
+    batch_size: int,
+    *,
+    stop_at_error: bool,
+    limits: Limits | None = None,
 ) -> Iterator[PreparedBatch]:
     """Batches of validated documents and their rows, prepared in a background
     thread that reads ``docs`` at most ``AHEAD`` batches ahead of the consumer."""
@@ -79,7 +83,7 @@ def prepared_batches(
                     return
                 batch.size += 1
                 try:
-                    doc = ChatDocument.parse(item)
+                    doc = ChatDocument.parse(item, limits=limits)
                 except InvalidDocument as exc:
                     batch.errors.append((index, exc))
                     if stop_at_error:

@@ -68,6 +68,9 @@ def read_records(stream: IO[str], source: str) -> Iterator[Record]:
         return
     try:
         value, end = _decoder.raw_decode(text, start)
+    except RecursionError:
+        yield Record(source, _line_of(text, start), error="invalid JSON: nested too deeply")
+        return
     except json.JSONDecodeError as exc:
         if exc.lineno > _line_of(text, start) or "\n" not in text[start:].strip():
             # The first value runs over several lines: one JSON document, broken.
@@ -113,6 +116,9 @@ def _json_lines(lines: Iterator[str] | IO[str], source: str, *, first_line: int)
             continue
         try:
             value = json.loads(line)
+        except RecursionError:
+            yield Record(source, number, error="invalid JSON: nested too deeply")
+            continue
         except json.JSONDecodeError as exc:
             ended_early = exc.msg.startswith("Unterminated") or exc.pos >= len(line.rstrip())
             reason = f"truncated line ({exc.msg})" if ended_early and not line.endswith("\n") else exc.msg

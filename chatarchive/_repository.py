@@ -6,7 +6,7 @@ import base64
 import binascii
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any, TypedDict, Unpack
@@ -35,6 +35,7 @@ from ._document import (
     ChatPage,
     ChatSummary,
     Feedback,
+    Limits,
     Message,
     parse_feedback,
     parse_messages,
@@ -94,6 +95,9 @@ _SECONDARY_INDEXES = text(
     "AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = x.indexrelid) ORDER BY i.relname"
 )
 
+# A user no chat can belong to: what a scoped repository reads for another user.
+_NOBODY = "\x00nobody"
+
 # Chat rows, and the child rows of each chat by chat id and table.
 _Rows = Sequence[Mapping[Any, Any]]
 _Children = dict[str, dict[Table, list[Mapping[Any, Any]]]]
@@ -127,11 +131,26 @@ class ChatRepository:
         session: a SQLAlchemy session bound to a migrated database.
         savepoints: wrap each write in a savepoint (turn off only when the
             transaction holds exactly one call, as :class:`ChatArchive` does).
+        limits: the largest input accepted (see :class:`Limits`); the defaults
+            when not given.
+        user_id: scope every call to this user's chats: another user's chat is
+            reported as not found, saved chats belong to this user, and on
+            PostgreSQL the session setting ``chatarchive.user_id`` is set for
+            row-level security (see ``chatarchive db rls``).
     """
 
-    def __init__(self, session: Session, *, savepoints: bool = True) -> None:
+    def __init__(
+        self,
+        session: Session,
+        *,
+        savepoints: bool = True,
+        limits: Limits | None = None,
+        user_id: str | None = None,
+    ) -> None:
         self._session = session
         self._savepoints = savepoints
+        self._limits = limits
+        self._user_id = user_id
 
     # -- writes ----------------------------------------------------------------
 
@@ -150,9 +169,11 @@ class ChatRepository:
             InvalidDocument: the document is not valid.
             ConflictError: the stored version is not ``expected_version``.
         """
-        doc = ChatDocument.parse(doc)
+        doc = self._owned(ChatDocument.parse(doc, limits=self._limits))
         with self._write():
             current = self._lock_row(doc.chat_id)
+            if current is not None and not self._visible(current):
+                raise ChatNotFound(doc.chat_id)
             stored = 0 if current is None else current["version"]
             if expected_version is not None and stored != expected_version:
                 raise ConflictError(f"chat {doc.chat_id!r} is at version {stored}, not {expected_version}")
@@ -199,7 +220,9 @@ class ChatRepository:
             raise InvalidDocument("batch_size must be at least 1", field="batch_size")
         saved = 0
         with self._write(), self._bulk_load() if bulk else nullcontext():
-            for batch in prepared_batches(docs, batch_size, stop_at_error=on_error is None):
+            for batch in prepared_batches(
+                docs, batch_size, stop_at_error=on_error is None, limits=self._limits
+            ):
                 saved += self._save_prepared(batch, on_error)
         return saved
 
@@ -229,8 +252,22 @@ class ChatRepository:
             )
 
     def _write_documents(self, documents: Mapping[str, tuple[int, ChatRows]]) -> None:
-        locked = select(chats.c.chat_id, chats.c.version).where(chats.c.chat_id.in_(documents))
-        stored: dict[str, int] = dict(self._session.execute(locked.with_for_update()).all())
+        if self._user_id is not None:
+            for chat_id, (_, chat_rows) in documents.items():
+                if chat_rows.chat["user_id"] is None:
+                    chat_rows.chat["user_id"] = self._user_id
+                elif chat_rows.chat["user_id"] != self._user_id:
+                    raise InvalidDocument(
+                        f"user_id must be {self._user_id!r}", chat_id=chat_id, field="user_id"
+                    )
+        locked = select(chats.c.chat_id, chats.c.version, chats.c.user_id).where(
+            chats.c.chat_id.in_(documents)
+        )
+        stored: dict[str, int] = {}
+        for chat_id, version, owner in self._session.execute(locked.with_for_update()):
+            if self._user_id is not None and owner != self._user_id:
+                raise ChatNotFound(chat_id)
+            stored[chat_id] = version
         if stored:
             selected = chats.c.chat_id.in_(stored)
             self._delete_children(selected)
@@ -287,7 +324,7 @@ class ChatRepository:
         Returns:
             The messages as stored (uids and timestamps filled in).
         """
-        parsed = parse_messages(new_messages, chat_id=chat_id)
+        parsed = parse_messages(new_messages, chat_id=chat_id, limits=self._limits)
         seen: set[str] = set()
         for index, message in enumerate(parsed):
             if message.uid in seen:
@@ -330,7 +367,7 @@ class ChatRepository:
         Returns:
             The feedback as stored (id and timestamp filled in).
         """
-        parsed = parse_feedback(item, chat_id=chat_id)
+        parsed = parse_feedback(item, chat_id=chat_id, limits=self._limits)
         now = _now()
         with self._write():
             current = self._lock(chat_id)
@@ -369,7 +406,9 @@ class ChatRepository:
         unknown = set(changes) - set(ChatChanges.__annotations__)
         if unknown:
             raise InvalidDocument(f"cannot update {sorted(unknown)}", chat_id=chat_id)
-        checked = ChatDocument.parse({"chat_id": chat_id, **changes})
+        if self._user_id is not None and "user_id" in changes and changes["user_id"] != self._user_id:
+            raise InvalidDocument(f"user_id must be {self._user_id!r}", chat_id=chat_id, field="user_id")
+        checked = ChatDocument.parse({"chat_id": chat_id, **changes}, limits=self._limits)
         values: dict[str, Any] = {name: getattr(checked, name) for name in changes if name != "tags"}
         now = _now()
         with self._write():
@@ -398,6 +437,8 @@ class ChatRepository:
 
     def delete_user(self, user_id: str) -> int:
         """Delete every chat of a user; returns how many there were."""
+        if self._user_id is not None and user_id != self._user_id:
+            return 0
         with self._write():
             owned = chats.c.user_id == user_id
             self._delete_children(owned)
@@ -441,6 +482,9 @@ class ChatRepository:
         """
         if limit < 1:
             raise InvalidDocument("limit must be at least 1", field="limit")
+        user_id = self._scope_user(user_id)
+        if user_id is _NOBODY:
+            return ChatPage(items=[], next_cursor=None)
         query = select(
             chats.c.chat_id,
             chats.c.user_id,
@@ -501,6 +545,9 @@ class ChatRepository:
         """
         if limit < 1:
             raise InvalidDocument("limit must be at least 1", field="limit")
+        user_id = self._scope_user(user_id)
+        if user_id is _NOBODY:
+            return []
         with self._read():
             return search_messages(
                 self._session,
@@ -527,6 +574,9 @@ class ChatRepository:
         self, *, user_id: str | None = None, after: str | None = None, limit: int = 100
     ) -> list[str]:
         """Chat ids in ascending order, ``limit`` at a time after ``after``."""
+        user_id = self._scope_user(user_id)
+        if user_id is _NOBODY:
+            return []
         query = select(chats.c.chat_id).order_by(chats.c.chat_id).limit(limit)
         if user_id is not None:
             query = query.where(chats.c.user_id == user_id)
@@ -541,10 +591,19 @@ class ChatRepository:
     def _write(self, *, savepoint: bool | None = None) -> Iterator[None]:
         use_savepoint = self._savepoints if savepoint is None else savepoint
         with database_errors(), self._session.begin_nested() if use_savepoint else nullcontext():
+            self._set_scope()
             yield
 
-    def _read(self) -> AbstractContextManager[None]:
-        return database_errors()
+    @contextmanager
+    def _read(self) -> Iterator[None]:
+        with database_errors():
+            self._set_scope()
+            yield
+
+    def _set_scope(self) -> None:
+        """Tell PostgreSQL's row-level security whose rows this transaction may see."""
+        if self._user_id is not None and self._session.get_bind().dialect.name == "postgresql":
+            self._session.execute(select(func.set_config("chatarchive.user_id", self._user_id, True)))
 
     def _execute(self, statement: Any) -> Any:
         return self._session.execute(statement)
@@ -567,7 +626,7 @@ class ChatRepository:
         """Lock the chat's row for this transaction and return its bookkeeping."""
         return (
             self._session.execute(
-                select(chats.c.version, chats.c.message_count, chats.c.extra)
+                select(chats.c.version, chats.c.message_count, chats.c.extra, chats.c.user_id)
                 .where(chats.c.chat_id == chat_id)
                 .with_for_update()
             )
@@ -577,7 +636,7 @@ class ChatRepository:
 
     def _lock(self, chat_id: str, expected_version: int | None = None) -> Mapping[str, Any]:
         row = self._lock_row(chat_id)
-        if row is None:
+        if row is None or not self._visible(row):
             raise ChatNotFound(chat_id)
         if expected_version is not None and row["version"] != expected_version:
             raise ConflictError(f"chat {chat_id!r} is at version {row['version']}, not {expected_version}")
@@ -588,7 +647,11 @@ class ChatRepository:
     ) -> tuple[Sequence[Mapping[Any, Any]], _Children]:
         """PostgreSQL: each child table aggregated to JSON by the server, so one
         round trip and one snapshot, even under READ COMMITTED."""
-        found = self._session.execute(_pg_documents_query(), {"ids": list(chat_ids)}).mappings().all()
+        statement = _pg_documents_query(scoped=self._user_id is not None)
+        params: dict[str, Any] = {"ids": list(chat_ids)}
+        if self._user_id is not None:
+            params["user_id"] = self._user_id
+        found = self._session.execute(statement, params).mappings().all()
         children = {
             row["chat_id"]: {table: _json_rows(table, row[table.name]) for table in _DOCUMENT_ORDER}
             for row in found
@@ -597,20 +660,49 @@ class ChatRepository:
 
     def _rows_table_by_table(self, chat_ids: Sequence[str]) -> tuple[_Rows, _Children]:
         """SQLite: one query per table (a transaction keeps one snapshot)."""
-        found = self._session.execute(select(chats).where(chats.c.chat_id.in_(chat_ids))).mappings().all()
+        found = (
+            self._session.execute(self._scoped(select(chats).where(chats.c.chat_id.in_(chat_ids))))
+            .mappings()
+            .all()
+        )
         children: _Children = {row["chat_id"]: {table: [] for table in _DOCUMENT_ORDER} for row in found}
         if found:
+            visible = list(children)
             for table, order in _DOCUMENT_ORDER.items():
-                query = select(table).where(table.c.chat_id.in_(chat_ids)).order_by(*order)
+                query = select(table).where(table.c.chat_id.in_(visible)).order_by(*order)
                 for child in self._session.execute(query).mappings():
                     children[child["chat_id"]][table].append(child)
         return found, children
 
     def _require(self, chat_id: str) -> None:
         with self._read():
-            found = self._session.execute(select(chats.c.chat_id).where(chats.c.chat_id == chat_id)).first()
+            query = self._scoped(select(chats.c.chat_id).where(chats.c.chat_id == chat_id))
+            found = self._session.execute(query).first()
         if found is None:
             raise ChatNotFound(chat_id)
+
+    def _scope_user(self, user_id: str | None) -> str | None:
+        """The user a read is about: the scope's (another user's asks find nothing)."""
+        if self._user_id is None:
+            return user_id
+        if user_id is not None and user_id != self._user_id:
+            return _NOBODY
+        return self._user_id
+
+    def _visible(self, row: Mapping[Any, Any]) -> bool:
+        return self._user_id is None or row["user_id"] == self._user_id
+
+    def _scoped(self, query: Any) -> Any:
+        """Only this repository's user's chats (when it has one)."""
+        return query if self._user_id is None else query.where(chats.c.user_id == self._user_id)
+
+    def _owned(self, doc: ChatDocument) -> ChatDocument:
+        """The document, given to this repository's user (when it has one)."""
+        if self._user_id is None or doc.user_id == self._user_id:
+            return doc
+        if doc.user_id is None:
+            return doc.model_copy(update={"user_id": self._user_id})
+        raise InvalidDocument(f"user_id must be {self._user_id!r}", chat_id=doc.chat_id, field="user_id")
 
     def _touch(self, chat_id: str, current: Mapping[str, Any], now: datetime, **values: Any) -> int:
         version = int(current["version"]) + 1
@@ -648,7 +740,7 @@ _CHILD_COLUMNS = {
 
 
 @cache
-def _pg_documents_query() -> TextualSelect:
+def _pg_documents_query(*, scoped: bool) -> TextualSelect:
     """Chats with their child rows as JSON arrays of arrays, in one statement:
     one round trip, and one snapshot even under READ COMMITTED."""
     children = []
@@ -659,8 +751,11 @@ def _pg_documents_query() -> TextualSelect:
             f"(SELECT json_agg(json_build_array({values}) ORDER BY {ordering})::text "
             f"FROM {table.name} x WHERE x.chat_id = c.chat_id) AS {table.name}"
         )
-    statement = text(f"SELECT c.*, {', '.join(children)} FROM chats c WHERE c.chat_id = ANY(:ids)")
+    owner = " AND c.user_id = :user_id" if scoped else ""
+    statement = text(f"SELECT c.*, {', '.join(children)} FROM chats c WHERE c.chat_id = ANY(:ids){owner}")
     statement = statement.bindparams(bindparam("ids", type_=postgresql.ARRAY(ArchiveText())))
+    if scoped:
+        statement = statement.bindparams(bindparam("user_id", type_=ArchiveText()))
     return statement.columns(*chats.c, *(column(table.name, Text()) for table in _DOCUMENT_ORDER))
 
 

@@ -132,3 +132,13 @@ def empty_database(dialect: str, tmp_path: Path) -> Iterator[URL]:
     """A new database with no tables, for migration and CLI tests."""
     with throwaway_database(dialect, tmp_path) as url:
         yield url
+
+
+@pytest.fixture
+def pg_archive(tmp_path: Path) -> Iterator[tuple[ChatArchive, str]]:
+    """An archive on its own new PostgreSQL database, and that database's URL."""
+    with throwaway_database("postgresql", tmp_path) as url:
+        archive = ChatArchive(url)
+        archive.upgrade()
+        yield archive, url.render_as_string(hide_password=False)
+        archive.close()

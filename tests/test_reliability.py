@@ -1,0 +1,366 @@
+"""Trying hard to break the archive: concurrent writers, faults, hostile input, limits."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import URL, Engine, text
+from sqlalchemy.orm import Session
+
+from chatarchive import (
+    ChatArchive,
+    ChatArchiveError,
+    ChatDocument,
+    ChatRepository,
+    ConflictError,
+    DatabaseError,
+    InvalidDocument,
+    Limits,
+)
+from chatarchive._schema import metadata
+
+from .test_repository import snapshot, tool_chat
+
+
+def _libpq(url: URL) -> str:
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+# -- hostile and oversized input ----------------------------------------------------
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "bottom"
+    for _ in range(depth):
+        value = {"d": [value]}
+    return value
+
+
+HOSTILE_INPUTS: list[Any] = [
+    None,
+    "a string",
+    12,
+    [],
+    {"chat_id": None},
+    {"chat_id": ["x"]},
+    {"chat_id": "x" * 256},
+    {"chat_id": "ok", "messages": "not a list"},
+    {"chat_id": "ok", "messages": [None]},
+    {"chat_id": "ok", "messages": [{"role": None}]},
+    {"chat_id": "ok", "messages": [{"role": ""}]},
+    {"chat_id": "ok", "messages": [{"role": "user", "content": {"a": 1}}]},
+    {"chat_id": "ok", "messages": [{"role": "user", "content": [1, 2]}]},
+    {"chat_id": "ok", "messages": [{"role": "user", "content": [{"type": 5}]}]},
+    {"chat_id": "ok", "messages": [{"role": "user", "tool_calls": [7]}]},
+    {"chat_id": "ok", "messages": [{"role": "user", "usage": {"prompt_tokens": "many"}}]},
+    {"chat_id": "ok", "messages": [{"role": "user", "completed": "yes"}]},
+    {"chat_id": "ok", "messages": [{"role": "user", "uid": ""}]},
+    {"chat_id": "ok", "messages": [{"role": "u", "uid": "same"}, {"role": "u", "uid": "same"}]},
+    {"chat_id": "ok", "messages": [{"role": "user", "created_at": "2026-02-30T00:00:00Z"}]},
+    {"chat_id": "ok", "messages": [{"role": "user", "created_at": "10000-01-01T00:00:00Z"}]},
+    {"chat_id": "ok", "messages": [{"role": "user", "created_at": -(10**20)}]},
+    {"chat_id": "ok", "created_at": "0001-01-01T00:00:00+14:00"},
+    {"chat_id": "ok", "tags": "tag"},
+    {"chat_id": "ok", "tags": [""]},
+    {"chat_id": "ok", "metadata": []},
+    {"chat_id": "ok", "workflow": "name"},
+    {"chat_id": "ok", "feedback": [{"score": "5"}]},
+    {"chat_id": "ok", "feedback": [{"id": "f", "score": 1}, {"id": "f", "score": 2}]},
+    {"chat_id": "ok", "feedback": [{"message_uid": "'; DROP TABLE chats; --"}]},
+    {"chat_id": "ok", "messages": [{"role": "user", "content": "\ud83d"}]},
+    {"chat_id": "ok", "title": "\udfff lone"},
+    {"chat_id": "ok", "metadata": {"x": float("inf")}},
+    {"chat_id": "ok", "metadata": {"x": {1, 2}}},
+    {"chat_id": "ok", "metadata": {"x": b"bytes"}},
+    {"chat_id": "ok", "metadata": _nested(10_000)},
+    {"chat_id": "ok", "messages": [{"role": "user", "extra": _nested(100)}]},
+    {"chat_id": "ok", "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}] * 1001}]},
+    {"chat_id": "ok", "messages": [{"role": "user", "content": "x" * (8 * 2**20 + 1)}]},
+]
+
+
+@pytest.mark.parametrize("data", HOSTILE_INPUTS, ids=range(len(HOSTILE_INPUTS)))
+def test_hostile_input_is_refused_and_changes_nothing(
+    repo: ChatRepository, session: Session, data: Any
+) -> None:
+    repo.save(tool_chat("ok"))
+    before = snapshot(session)
+    with pytest.raises(InvalidDocument):
+        repo.save(data)
+    with pytest.raises(InvalidDocument):
+        repo.save_many([data])
+    assert snapshot(session) == before
+
+
+def test_ids_with_quotes_and_sql_are_just_text(repo: ChatRepository) -> None:
+    for chat_id in ("'; DROP TABLE chats; --", 'a"b', "x' OR '1'='1", "%_\\", "\x00"):
+        repo.save(
+            ChatDocument.from_openai([{"role": "user", "content": chat_id}], chat_id=chat_id, user_id=chat_id)
+        )
+        assert repo.get(chat_id).to_openai() == [{"role": "user", "content": chat_id}]
+        assert [c.chat_id for c in repo.list_chats(user_id=chat_id).items] == [chat_id]
+
+
+def test_limits_are_configurable(engine: Engine) -> None:
+    strict = ChatArchive(engine=engine, limits=Limits(max_message_bytes=100, max_parts=2, max_json_depth=3))
+    with pytest.raises(InvalidDocument, match="at most 100"):
+        strict.save({"chat_id": "big", "messages": [{"role": "user", "content": "x" * 101}]})
+    with pytest.raises(InvalidDocument, match="at most 2"):
+        strict.save(
+            {
+                "chat_id": "parts",
+                "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}] * 3}],
+            }
+        )
+    with pytest.raises(InvalidDocument, match="deeper than 3"):
+        strict.save({"chat_id": "deep", "metadata": _nested(3)})
+    with pytest.raises(InvalidDocument, match="at most 100"):
+        strict.append("anything", [{"role": "user", "content": "y" * 200}])
+    errors: list[int] = []
+    strict.save_many(
+        [
+            {"chat_id": "fine", "messages": [{"role": "user", "content": "ok"}]},
+            {"chat_id": "no", "metadata": _nested(5)},
+        ],
+        on_error=lambda index, _: errors.append(index),
+    )
+    assert errors == [1]
+    strict.delete("fine")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+        lambda children: (
+            st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+        ),
+        max_leaves=20,
+    )
+)
+def test_fuzz_the_parser_only_raises_its_own_errors(data: Any) -> None:
+    for candidate in (data, {"chat_id": "fuzz", "messages": [data]}, {"chat_id": "fuzz", "messages": data}):
+        with contextlib.suppress(InvalidDocument):
+            ChatDocument.parse(candidate)
+    with contextlib.suppress(InvalidDocument):
+        ChatDocument.from_openai(data if isinstance(data, list) else [data])
+
+
+# -- concurrent writers (PostgreSQL, real processes) ---------------------------------------
+
+
+def _append_many(url: str, worker: int, count: int) -> None:
+    archive = ChatArchive(url)
+    for number in range(count):
+        archive.append(
+            "shared", [{"role": "user", "content": f"w{worker}-{number}", "uid": f"w{worker}-{number}"}]
+        )
+    archive.close()
+
+
+def _save_with_version(url: str, worker: int, barrier: Any, results: Any) -> None:
+    archive = ChatArchive(url)
+    barrier.wait()
+    try:
+        archive.save(
+            ChatDocument.from_openai([{"role": "user", "content": str(worker)}], chat_id="race"),
+            expected_version=1,
+        )
+        results.put("won")
+    except ConflictError:
+        results.put("conflict")
+    archive.close()
+
+
+def test_concurrent_appends_lose_nothing(pg_archive: tuple[ChatArchive, str]) -> None:
+    archive, url = pg_archive
+    archive.save({"chat_id": "shared"})
+    workers, count = 8, 50
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=_append_many, args=(url, worker, count)) for worker in range(workers)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(120)
+        assert process.exitcode == 0
+    chat = archive.get("shared")
+    uids = [message.uid for message in chat.messages]
+    assert len(uids) == workers * count == len(set(uids))  # stored exactly once
+    with archive.engine.connect() as connection:
+        positions = (
+            connection.execute(
+                text("SELECT position FROM messages WHERE chat_id = 'shared' ORDER BY position")
+            )
+            .scalars()
+            .all()
+        )
+    assert positions == list(range(workers * count))  # gapless
+    for worker in range(workers):  # each writer's messages in the order it wrote them
+        mine = [uid for uid in uids if uid.startswith(f"w{worker}-")]
+        assert mine == [f"w{worker}-{number}" for number in range(count)]
+    assert chat.version == 1 + workers * count
+
+
+def test_concurrent_saves_have_one_winner(pg_archive: tuple[ChatArchive, str]) -> None:
+    archive, url = pg_archive
+    archive.save({"chat_id": "race"})
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(6), context.Queue()
+    processes = [
+        context.Process(target=_save_with_version, args=(url, worker, barrier, results))
+        for worker in range(6)
+    ]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(120)
+    outcomes = sorted(results.get(timeout=5) for _ in processes)
+    assert outcomes == ["conflict"] * 5 + ["won"]
+    assert archive.get("race").version == 2
+
+
+def test_feedback_and_appends_do_not_block_each_other(pg_archive: tuple[ChatArchive, str]) -> None:
+    archive, _ = pg_archive
+    archive.save(tool_chat("busy"))
+    errors: list[BaseException] = []
+
+    def feedback() -> None:
+        try:
+            for number in range(40):
+                archive.add_feedback("busy", {"score": number % 3 - 1})
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=feedback)
+    thread.start()
+    for number in range(40):
+        archive.append("busy", [{"role": "user", "content": str(number)}])
+    thread.join(60)
+    assert not errors
+    chat = archive.get("busy")
+    assert (len(chat.messages), len(chat.feedback), chat.version) == (45, 40, 81)
+
+
+# -- faults --------------------------------------------------------------------------------
+
+
+def test_an_exception_in_the_middle_of_a_save_leaves_nothing(
+    archive: ChatArchive, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive.save(tool_chat("kept"))
+    with engine.connect() as connection:
+        before = snapshot(Session(bind=connection))
+    original = ChatRepository._insert_messages
+    calls = 0
+
+    def failing(self: ChatRepository, rows: Any) -> None:
+        nonlocal calls
+        calls += 1
+        original(self, rows)
+        raise RuntimeError("injected failure after the messages were written")
+
+    monkeypatch.setattr(ChatRepository, "_insert_messages", failing)
+    with pytest.raises(RuntimeError):
+        archive.save(tool_chat("new"))
+    with pytest.raises(RuntimeError):
+        archive.save(tool_chat("kept", title="changed"))
+    with pytest.raises(RuntimeError):
+        archive.append("kept", [{"role": "user", "content": "lost"}])
+    assert calls == 3
+    monkeypatch.undo()
+    with engine.connect() as connection:
+        assert snapshot(Session(bind=connection)) == before
+    archive.append("kept", [{"role": "user", "content": "works again"}])
+
+
+def test_a_killed_connection_loses_nothing_and_the_next_call_works(
+    pg_archive: tuple[ChatArchive, str],
+) -> None:
+    archive, url = pg_archive
+    archive.save(tool_chat("victim"))
+    killed = threading.Event()
+
+    def documents(killer: psycopg.Connection[Any]) -> Iterator[dict[str, Any]]:
+        for number in range(1000):
+            if number == 20:  # the import's connection is killed from the server side
+                killer.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+                killed.set()
+            yield {"chat_id": f"import-{number}", "messages": [{"role": "user", "content": str(number)}]}
+
+    raw_url = url.replace("postgresql+psycopg", "postgresql")
+    with (
+        psycopg.connect(raw_url, autocommit=True) as killer,
+        pytest.raises(DatabaseError),
+        archive.transaction() as repo,
+    ):
+        repo.save_many(documents(killer), batch_size=5)
+    assert killed.is_set()
+    assert [c.chat_id for c in archive.list_chats().items] == [
+        "victim"
+    ]  # nothing half-done; the next call works
+    # A retried import is idempotent.
+    assert archive.save_many({"chat_id": f"import-{n}", "messages": []} for n in range(30)) == 30
+    assert archive.save_many({"chat_id": f"import-{n}", "messages": []} for n in range(30)) == 30
+    assert len(archive.list_chats(limit=100).items) == 31
+
+
+def test_a_statement_timeout_cancels_the_call_and_changes_nothing(
+    pg_archive: tuple[ChatArchive, str],
+) -> None:
+    archive, url = pg_archive
+    archive.save(tool_chat("locked"))
+    impatient = ChatArchive(url, statement_timeout=0.2)
+    holder = psycopg.connect(url.replace("postgresql+psycopg", "postgresql"))
+    holder.execute("SELECT 1 FROM chats WHERE chat_id = 'locked' FOR UPDATE")
+    with pytest.raises(DatabaseError, match="57014"):
+        impatient.append("locked", [{"role": "user", "content": "waits"}])
+    holder.rollback()
+    holder.close()
+    assert len(impatient.get("locked").messages) == 5
+    impatient.append("locked", [{"role": "user", "content": "now it works"}])
+    assert len(archive.get("locked").messages) == 6
+    impatient.close()
+
+
+def test_no_call_leaves_a_transaction_open(pg_archive: tuple[ChatArchive, str]) -> None:
+    archive, url = pg_archive
+    archive.save(tool_chat("c"))
+    archive.get("c")
+    list(archive.export())
+    archive.search("hi")
+    with pytest.raises(ChatArchiveError):
+        archive.append("missing", [{"role": "user"}])
+    with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as observer:
+        states = observer.execute(
+            "SELECT state FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    assert all(state == "idle" for (state,) in states), states
+
+
+def test_every_table_is_emptied_by_erasure(archive: ChatArchive, engine: Engine) -> None:
+    archive.save_many(
+        [tool_chat(f"c{n}", user_id="gone", tags=["t"], feedback=[{"score": 1}]) for n in range(3)]
+    )
+    archive.save(tool_chat("other", user_id="stays"))
+    assert archive.delete_user("gone") == 3
+    with engine.connect() as connection:
+        remaining = {
+            name: connection.execute(
+                text(f"SELECT count(*) FROM {name} WHERE chat_id LIKE 'c%'")
+            ).scalar_one()
+            for name in metadata.tables
+        }
+    assert set(remaining.values()) == {0}
+    assert json.loads(archive.get("other").model_dump_json())["user_id"] == "stays"

@@ -1,0 +1,120 @@
+"""Tenant isolation: a user's archive sees only that user's chats, through every path."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from sqlalchemy import make_url
+
+from chatarchive import ChatArchive, ChatNotFound, InvalidDocument
+
+from .test_repository import tool_chat
+
+
+@pytest.fixture
+def two_users(archive: ChatArchive) -> ChatArchive:
+    archive.save(tool_chat("alice-1", user_id="alice", title="primer design"))
+    archive.save(tool_chat("alice-2", user_id="alice"))
+    archive.save(tool_chat("bob-1", user_id="bob", title="primer secrets"))
+    return archive
+
+
+def test_a_user_sees_only_their_chats(two_users: ChatArchive) -> None:
+    alice = two_users.for_user("alice")
+    assert alice.get("alice-1").title == "primer design"
+    assert [c.chat_id for c in alice.list_chats().items] == ["alice-2", "alice-1"]
+    assert alice.list_chats(user_id="bob").items == []
+    assert {hit.chat_id for hit in alice.search("42")} == {"alice-1", "alice-2"}
+    assert alice.search("42", user_id="bob") == []
+    assert [d.chat_id for d in alice.export()] == ["alice-1", "alice-2"]
+    assert [d.chat_id for d in alice.get_many(["bob-1", "alice-2"])] == ["alice-2"]
+
+
+def test_another_users_chat_is_not_found_through_every_path(two_users: ChatArchive) -> None:
+    alice = two_users.for_user("alice")
+    before = two_users.get("bob-1")
+    for attempt in (
+        lambda: alice.get("bob-1"),
+        lambda: alice.append("bob-1", [{"role": "user", "content": "hi"}]),
+        lambda: alice.append("bob-1", []),
+        lambda: alice.add_feedback("bob-1", {"score": -1}),
+        lambda: alice.update("bob-1", title="mine now"),
+        lambda: alice.delete("bob-1"),
+        lambda: alice.save(tool_chat("bob-1")),
+    ):
+        with pytest.raises(ChatNotFound):
+            attempt()
+    assert alice.delete_user("bob") == 0
+    errors: list[int] = []
+    assert (
+        alice.save_many([tool_chat("bob-1"), tool_chat("alice-3")], on_error=lambda i, _: errors.append(i))
+        == 1
+    )
+    assert errors == [0]
+    after = two_users.get("bob-1")
+    assert after.model_dump() == before.model_dump()
+    assert after.version == before.version
+
+
+def test_a_user_saves_only_their_own_chats(two_users: ChatArchive) -> None:
+    alice = two_users.for_user("alice")
+    alice.save(tool_chat("new"))  # no user_id: it becomes alice's
+    assert two_users.get("new").user_id == "alice"
+    with pytest.raises(InvalidDocument, match="user_id"):
+        alice.save(tool_chat("stolen", user_id="bob"))
+    with pytest.raises(InvalidDocument, match="user_id"):
+        alice.update("alice-1", user_id="bob")
+    assert alice.delete_user("alice") == 3
+    assert [c.chat_id for c in two_users.list_chats().items] == ["bob-1"]
+
+
+@pytest.fixture
+def app_role(pg_archive: tuple[ChatArchive, str]) -> Iterator[str]:
+    """An ordinary role (superusers bypass row-level security) with the access an app needs."""
+    _, url = pg_archive
+    role = f"chatarchive_app_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
+        admin.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
+    try:
+        yield role
+    finally:
+        with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as admin:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")
+
+
+def test_row_level_security_holds_for_raw_sql(pg_archive: tuple[ChatArchive, str], app_role: str) -> None:
+    archive, url = pg_archive
+    archive.save(tool_chat("alice-1", user_id="alice"))
+    archive.save(tool_chat("bob-1", user_id="bob"))
+    assert archive.row_level_security() is False
+    archive.set_row_level_security(True)
+    assert archive.row_level_security() is True
+    as_app = (
+        make_url(url).set(drivername="postgresql", username=app_role).render_as_string(hide_password=False)
+    )
+    with psycopg.connect(as_app) as raw:
+        raw.execute("SELECT set_config('chatarchive.user_id', 'alice', true)")
+        for table in ("chats", "chat_tags", "messages", "content_parts", "tool_calls", "feedback"):
+            owners = raw.execute(f"SELECT DISTINCT chat_id FROM {table}").fetchall()
+            assert owners in ([], [("alice-1",)]), table
+        assert raw.execute("SELECT count(*) FROM messages").fetchone() == (5,)
+        assert raw.execute("SELECT count(*) FROM chat_stats").fetchone() == (1,)
+        assert raw.execute("UPDATE chats SET title = 'x' WHERE chat_id = 'bob-1'").rowcount == 0
+        assert raw.execute("DELETE FROM messages WHERE chat_id = 'bob-1'").rowcount == 0
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            raw.execute("INSERT INTO chat_tags (chat_id, tag, position) VALUES ('bob-1', 'planted', 0)")
+        raw.rollback()
+        assert raw.execute("SELECT count(*) FROM chats").fetchone() == (2,)  # unscoped: everything
+    bob = archive.for_user("bob")
+    assert [c.chat_id for c in bob.list_chats().items] == ["bob-1"]
+    bob.append("bob-1", [{"role": "user", "content": "still works"}])
+    with pytest.raises(ChatNotFound):
+        bob.get("alice-1")
+    archive.set_row_level_security(False)
+    assert archive.row_level_security() is False
