@@ -209,6 +209,11 @@ class ChatArchive:
         """Add messages at the end of a chat; see :meth:`ChatRepository.append`."""
         return self._call(lambda repo: repo.append(chat_id, messages, expected_version=expected_version))
 
+    def record_completion(self, chat_id: str, completion: Any, *, choice: int = 0) -> Message:
+        """Append the assistant message of an OpenAI chat completion (or of its
+        streamed chunks); see :meth:`ChatRepository.record_completion`."""
+        return self._call(lambda repo: repo.record_completion(chat_id, completion, choice=choice))
+
     def add_feedback(self, chat_id: str, feedback: Feedback | Mapping[str, Any]) -> Feedback:
         """Attach feedback to a chat or one of its messages."""
         return self._call(lambda repo: repo.add_feedback(chat_id, feedback))

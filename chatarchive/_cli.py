@@ -23,15 +23,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
+from . import formats
 from ._archive import ChatArchive
 from ._document import ChatDocument
 from ._engine import DEFAULT_URL, URL_ENV
 from ._exceptions import ChatArchiveError
-from ._jsonio import Record, read_records, to_document
+from ._jsonio import Record, read_records
 from ._transcript import render_transcript
+from .formats import EXPORT_FORMATS, IMPORT_FORMATS
+from .formats.finetune import Filters, Selection, select
 
 __all__ = ["main"]
 
+_moment = click.DateTime(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"])
 _stdout = Console(highlight=False, soft_wrap=True)
 _stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -162,13 +166,23 @@ def db_rls(state: str) -> None:
 @click.option(
     "--batch-size", default=250, show_default=True, type=click.IntRange(min=1), help="Chats per batch."
 )
-def import_(paths: tuple[str, ...], strict: bool, bulk: bool, batch_size: int) -> None:
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", *IMPORT_FORMATS]),
+    default="auto",
+    show_default=True,
+    help="The records' format; auto detects it for each record.",
+)
+def import_(paths: tuple[str, ...], strict: bool, bulk: bool, batch_size: int, fmt: str) -> None:
     """Import chats from JSON or JSON Lines files ('-' reads standard input).
 
-    A file may hold a chat document, a list of documents, a bare OpenAI
-    message list (one chat), or JSON Lines of these. Chats already stored
-    with the same chat_id are replaced. Bad records are reported with file
-    and line; the good ones are kept (unless --strict).
+    A file may hold one record, a list of records, or JSON Lines of them; a
+    record is a chat document, a bare OpenAI message list (one chat), a
+    Masterbrain ChatDoc, a Malevich message list, a ShareGPT record, or a
+    ChatGPT conversation (conversations.json). Chats already stored with the
+    same chat_id are replaced. Bad records are reported with file and line;
+    the good ones are kept (unless --strict).
     """
     archive = _state().archive
     failed = 0
@@ -191,7 +205,7 @@ def import_(paths: tuple[str, ...], strict: bool, bulk: bool, batch_size: int) -
         for record in _records(paths):
             advance()
             try:
-                document = _document(record)
+                document = _document(record, fmt)
             except ChatArchiveError as exc:
                 report(record.where, exc)
                 continue
@@ -226,10 +240,10 @@ def _records(paths: tuple[str, ...]) -> Iterator[Record]:
                     yield Record(path, 0, error=f"not UTF-8 text ({exc.reason} at byte {exc.start})")
 
 
-def _document(record: Record) -> ChatDocument:
+def _document(record: Record, fmt: str = "auto") -> ChatDocument:
     if record.error is not None:
         raise _RecordError(record.error)
-    return to_document(record.value)
+    return formats.to_document(record.value, fmt)
 
 
 class _RecordError(ChatArchiveError):
@@ -256,24 +270,48 @@ def _progress() -> Iterator[Callable[[], None]]:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["canonical", "openai"]),
+    type=click.Choice(list(EXPORT_FORMATS)),
     default="canonical",
     show_default=True,
-    help="canonical: whole documents; openai: each chat's message list.",
+    help="canonical: whole documents; openai: each chat's message list; openai-finetune: training lines; "
+    "masterbrain, malevich, sharegpt, chatgpt: those formats.",
+)
+@click.option(
+    "--min-score", type=float, help="openai-finetune: chats whose mean feedback score is at least this."
+)
+@click.option("--model", help="openai-finetune: only chats of this model.")
+@click.option("--since", type=_moment, help="openai-finetune: only chats created from then on.")
+@click.option(
+    "--exclude-role", "exclude_roles", multiple=True, help="openai-finetune: leave out messages of this role."
 )
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, writable=True), help="File to write (default: stdout)."
 )
-def export(user_id: str | None, fmt: str, output: str | None) -> None:
+def export(
+    user_id: str | None,
+    fmt: str,
+    min_score: float | None,
+    model: str | None,
+    since: datetime | None,
+    exclude_roles: tuple[str, ...],
+    output: str | None,
+) -> None:
     """Write chats as JSON Lines, one chat per line, streamed."""
     archive = _state().archive
+    documents = archive.export(user_id=user_id)
     with _output(output) as stream:
-        for document in archive.export(user_id=user_id):
-            if fmt == "openai":
-                line = json.dumps(document.to_openai(), ensure_ascii=False)
-            else:
-                line = document.model_dump_json()
-            stream.write(line + "\n")
+        if fmt == "openai-finetune":
+            selection = Selection()
+            filters = Filters(
+                min_score=min_score, model=model, since=_utc(since), exclude_roles=exclude_roles
+            )
+            for line in select(documents, filters, selection):
+                stream.write(json.dumps(line, ensure_ascii=False) + "\n")
+            skipped = ", ".join(f"{count} ({reason})" for reason, count in sorted(selection.skipped.items()))
+            _stderr.print(f"wrote {selection.written} chats" + (f"; skipped {skipped}" if skipped else ""))
+            return
+        for document in documents:
+            stream.write(json.dumps(formats.export(document, fmt), ensure_ascii=False) + "\n")
 
 
 @contextmanager
@@ -351,7 +389,6 @@ _STATS = {
     "workflow": "workflow_usage",
     "feedback": "feedback_summary",
 }
-_moment = click.DateTime(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"])
 
 
 @main.command("stats")

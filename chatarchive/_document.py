@@ -347,10 +347,20 @@ class Message(_Record):
             raise _PathError(
                 f"{len(self.content)} content parts; at most {limits.max_parts} are allowed", ("content",)
             )
-        size = _size(self)
+        size = self._approximate_size()
         if size > limits.max_message_bytes:
             raise _PathError(f"message of {size} bytes; at most {limits.max_message_bytes} are allowed", ())
         return self
+
+    def _approximate_size(self) -> int:
+        """The UTF-8 size of the parts that can be large (content, tool calls,
+        function call, audio, unknown keys); the other fields are short."""
+        content = self.content
+        size = _size(content) if content else 0
+        for field in (self.tool_calls, self.function_call, self.audio, self.__pydantic_extra__):
+            if field:
+                size += _size(field)
+        return size
 
     def to_openai(self) -> dict[str, Any]:
         """This message as an OpenAI message dict, archive fields left out."""

@@ -13,10 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from ._document import ChatDocument
-from ._exceptions import InvalidDocument
-
-__all__ = ["Record", "read_records", "to_document"]
+__all__ = ["Record", "is_message_list", "read_records"]
 
 _JSONL_SUFFIXES = (".jsonl", ".ndjson", ".jsonlines")
 _WHITESPACE = " \t\n\r"
@@ -46,15 +43,6 @@ def is_message_list(value: object) -> bool:
         and "role" in value[0]
         and not any("messages" in item for item in value)
     )
-
-
-def to_document(value: object) -> ChatDocument:
-    """The chat document a record holds: a document object or a message list."""
-    if isinstance(value, list):
-        if is_message_list(value):
-            return ChatDocument.from_openai(value)
-        raise InvalidDocument("expected a chat document or a list of messages, not a list of other things")
-    return ChatDocument.parse(value)
 
 
 def read_records(stream: IO[str], source: str) -> Iterator[Record]:

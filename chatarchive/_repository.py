@@ -361,6 +361,23 @@ class ChatRepository:
             self._touch(chat_id, current, now, message_count=count + len(parsed))
         return [m if m.created_at else m.model_copy(update={"created_at": now}) for m in parsed]
 
+    def record_completion(self, chat_id: str, completion: Any, *, choice: int = 0) -> Message:
+        """Append the assistant message of an OpenAI chat completion.
+
+        ``completion`` is a completion (a dict, or an object of the ``openai``
+        package) or a list of its streamed chunks; ``choice`` picks one choice
+        when there are several. The message keeps the model, finish reason,
+        token usage, and the response's id, ``system_fingerprint`` and
+        ``service_tier`` (see :mod:`chatarchive.formats.openai_completions`).
+
+        Returns:
+            The stored message.
+        """
+        from .formats.openai_completions import message_from_completion
+
+        (message,) = self.append(chat_id, [message_from_completion(completion, choice=choice)])
+        return message
+
     def add_feedback(self, chat_id: str, item: Feedback | Mapping[str, Any]) -> Feedback:
         """Attach feedback to a chat (or to one of its messages, by ``message_uid``).
 

@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -364,3 +365,40 @@ def test_every_table_is_emptied_by_erasure(archive: ChatArchive, engine: Engine)
         }
     assert set(remaining.values()) == {0}
     assert json.loads(archive.get("other").model_dump_json())["user_id"] == "stays"
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+        lambda children: (
+            st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+        ),
+        max_leaves=20,
+    ),
+    st.sampled_from(["json", "jsonl", "broken"]),
+)
+def test_fuzz_the_cli_import_reports_instead_of_crashing(tmp_path: Path, data: Any, shape: str) -> None:
+    from click.testing import CliRunner
+
+    from chatarchive._cli import main
+
+    database = tmp_path / "fuzz.db"
+    path = tmp_path / f"input.{'jsonl' if shape == 'jsonl' else 'json'}"
+    text = json.dumps(data, allow_nan=True)
+    if shape == "jsonl":
+        text = text + "\n" + json.dumps([data]) + "\n"
+    elif shape == "broken":
+        text = text[: len(text) // 2]
+    path.write_text(text, encoding="utf-8")
+    runner = CliRunner()
+    url = f"sqlite:///{database}"
+    if not database.exists():
+        assert runner.invoke(main, ["--db", url, "db", "upgrade"]).exit_code == 0
+    result = runner.invoke(main, ["--db", url, "import", str(path)])
+    assert result.exit_code in (0, 1), result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)

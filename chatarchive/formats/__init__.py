@@ -1,0 +1,83 @@
+"""Adapters between chatarchive's documents and the formats chat systems already speak.
+
+Each adapter converts to and from :class:`~chatarchive.ChatDocument` only (never
+to rows), in its own module, with the same three functions:
+
+- ``looks_like(data) -> bool``: whether a parsed JSON value is in this format;
+- ``to_document(data) -> ChatDocument``: import (raises ``InvalidDocument``);
+- ``from_document(doc) -> Any``: export, a JSON-ready value.
+
+=================  =============================================  =====================
+format             what                                           round trip
+=================  =============================================  =====================
+``canonical``      chatarchive's own JSON document                exact
+``openai``         a bare OpenAI chat-completions message list    exact (messages only)
+``masterbrain``    Airalogy Masterbrain ``ChatDoc``                exact
+``malevich``       a list of Malevich Brain messages              exact (timestamps as instants)
+``sharegpt``       ``{"conversations": [{"from", "value"}]}``      exact
+``chatgpt``        one conversation of ChatGPT's data export      the active path (see README)
+``openai-finetune`` fine-tuning JSONL lines (export only)         -
+=================  =============================================  =====================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from chatarchive._document import ChatDocument
+from chatarchive._exceptions import InvalidDocument
+
+from . import canonical, chatgpt, finetune, malevich, masterbrain, openai_messages, sharegpt
+
+__all__ = ["EXPORT_FORMATS", "IMPORT_FORMATS", "detect", "export", "to_document"]
+
+#: Formats in the order auto-detection tries them (the most specific first).
+IMPORT_FORMATS = {
+    "masterbrain": masterbrain,
+    "chatgpt": chatgpt,
+    "sharegpt": sharegpt,
+    "malevich": malevich,
+    "openai": openai_messages,
+    "canonical": canonical,
+}
+EXPORT_FORMATS: dict[str, Callable[[ChatDocument], Any]] = {
+    "canonical": canonical.from_document,
+    "openai": openai_messages.from_document,
+    "masterbrain": masterbrain.from_document,
+    "malevich": malevich.from_document,
+    "sharegpt": sharegpt.from_document,
+    "chatgpt": chatgpt.from_document,
+    "openai-finetune": finetune.from_document,
+}
+
+
+def detect(data: Any) -> str:
+    """The name of the format ``data`` (a parsed JSON value) is in.
+
+    Raises:
+        InvalidDocument: when no format recognizes it.
+    """
+    for name, adapter in IMPORT_FORMATS.items():
+        if adapter.looks_like(data):
+            return name
+    raise InvalidDocument(
+        "not a chat in any known format (canonical, openai, masterbrain, malevich, sharegpt, chatgpt)"
+    )
+
+
+def to_document(data: Any, format: str = "auto") -> ChatDocument:
+    """Import one record in ``format`` (``auto``: detect it)."""
+    name = detect(data) if format == "auto" else format
+    adapter = IMPORT_FORMATS.get(name)
+    if adapter is None:
+        raise InvalidDocument(f"unknown import format {format!r}")
+    document: ChatDocument = adapter.to_document(data)
+    return document
+
+
+def export(doc: ChatDocument, format: str) -> Any:
+    """Export one document in ``format``."""
+    if format not in EXPORT_FORMATS:
+        raise InvalidDocument(f"unknown export format {format!r}")
+    return EXPORT_FORMATS[format](doc)

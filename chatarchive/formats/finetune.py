@@ -1,0 +1,96 @@
+"""OpenAI fine-tuning JSONL (export only): one ``{"messages": [...]}`` line per chat.
+
+Messages keep only the keys the fine-tuning API knows (``role``, ``content``,
+``name``, ``tool_calls``, ``tool_call_id``, ``function_call``, ``weight``); the
+chat's ``workflow["tools"]`` list is written as ``tools`` when it holds tool
+definitions (objects). :func:`select` applies the filters that matter for
+datasets and skips, with a reason, chats whose tool calls are not all answered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from chatarchive._document import ChatDocument
+
+__all__ = ["Filters", "Selection", "from_document", "select", "unanswered_tool_calls"]
+
+_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id", "function_call", "weight")
+
+
+def from_document(doc: ChatDocument, exclude_roles: Iterable[str] = ()) -> dict[str, Any]:
+    excluded = set(exclude_roles)
+    messages = [
+        {key: value for key, value in message.items() if key in _KEYS}
+        for message in doc.to_openai()
+        if message["role"] not in excluded
+    ]
+    line: dict[str, Any] = {"messages": messages}
+    tools = (doc.workflow or {}).get("tools")
+    if isinstance(tools, list) and tools and all(isinstance(tool, dict) for tool in tools):
+        line["tools"] = tools
+    return line
+
+
+def unanswered_tool_calls(doc: ChatDocument) -> list[str]:
+    """Ids of tool calls that no later tool message answers."""
+    answered: set[str] = set()
+    missing: list[str] = []
+    for message in reversed(doc.messages):
+        if message.role == "tool" and message.tool_call_id:
+            answered.add(message.tool_call_id)
+        for call in message.tool_calls or []:
+            if not (isinstance(call.id, str) and call.id in answered):
+                missing.append(str(call.id))
+    return missing
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What a dataset keeps: chats with a mean feedback score of at least
+    ``min_score`` (chats without scored feedback are left out when it is set),
+    of ``model``, created since ``since``, without the roles in ``exclude_roles``."""
+
+    min_score: float | None = None
+    model: str | None = None
+    since: datetime | None = None
+    exclude_roles: tuple[str, ...] = ()
+
+
+@dataclass
+class Selection:
+    """The outcome of a fine-tuning export: lines written and chats skipped, by reason."""
+
+    written: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def skip(self, reason: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+
+
+def select(docs: Iterable[ChatDocument], filters: Filters, selection: Selection) -> Iterator[dict[str, Any]]:
+    """The fine-tuning lines of the chats that pass ``filters``; ``selection``
+    counts what is written and what is skipped."""
+    for doc in docs:
+        if filters.model is not None and doc.model != filters.model:
+            selection.skip("other model")
+            continue
+        if filters.since is not None and (doc.created_at is None or doc.created_at < filters.since):
+            selection.skip("too old")
+            continue
+        if filters.min_score is not None:
+            scores = [item.score for item in doc.feedback if item.score is not None]
+            if not scores or sum(scores) / len(scores) < filters.min_score:
+                selection.skip("score below the minimum")
+                continue
+        if unanswered_tool_calls(doc):
+            selection.skip("unanswered tool calls")
+            continue
+        if not doc.messages:
+            selection.skip("no messages")
+            continue
+        selection.written += 1
+        yield from_document(doc, filters.exclude_roles)

@@ -1,0 +1,41 @@
+"""Malevich Brain messages: a conversation is their ordered list.
+
+A message has ``uid``, ``created_at``, ``updated_at``, ``role``, ``content`` (a
+list of content items), ``completed``, the flags ``is_intent``,
+``is_tool_extra_message``, ``is_helper_message``, ``is_reasoning``,
+``tool_call_id`` and any extra fields: all map onto a chatarchive message
+(``uid``, timestamps and ``completed`` are archive fields; the flags and extras
+are kept as they are), so export gives back the same list (timestamps as the
+same instants, written in ISO 8601).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chatarchive._document import ChatDocument
+from chatarchive._exceptions import InvalidDocument
+
+__all__ = ["FLAGS", "from_document", "looks_like", "to_document"]
+
+FLAGS = ("is_intent", "is_tool_extra_message", "is_helper_message", "is_reasoning")
+_MALEVICH_ONLY = frozenset({"uid", "completed", *FLAGS})
+
+
+def looks_like(data: Any) -> bool:
+    return (
+        isinstance(data, list)
+        and bool(data)
+        and all(isinstance(item, dict) and "role" in item and "uid" in item for item in data)
+        and any(_MALEVICH_ONLY & item.keys() - {"uid"} for item in data)
+    )
+
+
+def to_document(data: Any) -> ChatDocument:
+    if not isinstance(data, list):
+        raise InvalidDocument("a Malevich conversation is a list of messages")
+    return ChatDocument.parse({"messages": data})
+
+
+def from_document(doc: ChatDocument) -> Any:
+    return [message.model_dump(mode="json") for message in doc.messages]

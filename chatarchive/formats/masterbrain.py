@@ -1,0 +1,166 @@
+"""Airalogy Masterbrain's full chat document (``ChatDoc``).
+
+Mapping (and back, exactly):
+
+==========================  ==========================================================
+ChatDoc                     ChatDocument
+==========================  ==========================================================
+``chat_id``, ``user_id``,   the same fields
+``title``
+``model.name``              ``model``; the rest of ``model`` (``enable_thinking``...)
+                            is ``model_settings``
+``scenario``                ``workflow``
+``scenario_messages``       the first messages, each marked ``"masterbrain": "scenario"``
+``main_messages``           the messages after them
+``human_feedback[i]``       feedback on ``main_messages[i]``: ``score``, ``additional``
+                            as ``comment`` (an empty slot, ``null``, is no feedback)
+``start_time``,             kept as given under the document's ``masterbrain`` key, with
+``end_time``, ``active``,   every other ChatDoc key (and ``created_at`` / ``updated_at``
+``deleted``,                are set from the two times when they parse)
+``system_message_name``,
+``function_names``
+==========================  ==========================================================
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from chatarchive._document import ChatDocument
+from chatarchive._exceptions import InvalidDocument
+
+__all__ = ["KEY", "from_document", "looks_like", "to_document"]
+
+#: Where ChatDoc keys without an archive field are kept, in the document and on
+#: scenario messages.
+KEY = "masterbrain"
+_MAPPED = frozenset(
+    {
+        "chat_id",
+        "user_id",
+        "title",
+        "model",
+        "scenario",
+        "scenario_messages",
+        "main_messages",
+        "human_feedback",
+    }
+)
+
+
+def looks_like(data: Any) -> bool:
+    return isinstance(data, dict) and "main_messages" in data
+
+
+def _time(value: Any) -> datetime | None:
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    return None
+
+
+def to_document(data: Any) -> ChatDocument:
+    if not looks_like(data):
+        raise InvalidDocument("a Masterbrain ChatDoc is an object with 'main_messages'")
+    scenario = data.get("scenario_messages") or []
+    main = data.get("main_messages") or []
+    if not isinstance(scenario, list) or not isinstance(main, list):
+        raise InvalidDocument("scenario_messages and main_messages must be lists")
+    messages = [
+        {**message, KEY: "scenario"} if isinstance(message, dict) else message for message in scenario
+    ] + list(main)
+    feedback = []
+    slots = data.get("human_feedback")
+    document: dict[str, Any] = {
+        "chat_id": data.get("chat_id"),
+        "messages": messages,
+        KEY: {key: value for key, value in data.items() if key not in _MAPPED},
+    }
+    if document["chat_id"] is None:
+        del document["chat_id"]
+    for key in ("user_id", "title"):
+        if key in data:
+            document[key] = data[key]
+    model = data.get("model")
+    if isinstance(model, dict):
+        settings = {key: value for key, value in model.items() if key != "name"}
+        document["model"] = model.get("name")
+        document["model_settings"] = settings
+    elif model is not None or "model" in data:
+        document[KEY]["model"] = model
+    if "scenario" in data:
+        if isinstance(data["scenario"], dict) or data["scenario"] is None:
+            document["workflow"] = data["scenario"]
+        else:
+            document[KEY]["scenario"] = data["scenario"]
+    created, updated = _time(data.get("start_time")), _time(data.get("end_time"))
+    if created is not None:
+        document["created_at"] = created
+    if updated is not None:
+        document["updated_at"] = updated
+    if slots is None and "human_feedback" in data:
+        document[KEY]["human_feedback"] = None
+    doc = ChatDocument.parse(document)
+    if slots is not None:
+        if not isinstance(slots, list):
+            raise InvalidDocument(
+                "human_feedback must be a list", chat_id=doc.chat_id, field="human_feedback"
+            )
+        document[KEY]["human_feedback_slots"] = len(slots)
+        first_main = len(scenario)
+        for index, slot in enumerate(slots):
+            if slot is None:
+                continue
+            if not isinstance(slot, dict) or index >= len(main):
+                raise InvalidDocument(
+                    "human_feedback must hold an object (or null) per main message",
+                    chat_id=doc.chat_id,
+                    field=f"human_feedback[{index}]",
+                )
+            item = {key: value for key, value in slot.items() if key != "additional"}
+            if "additional" in slot:
+                item["comment"] = slot["additional"]
+            item["message_uid"] = doc.messages[first_main + index].uid
+            feedback.append(item)
+        document["feedback"] = feedback
+        document["messages"] = [message.model_dump() for message in doc.messages]
+        doc = ChatDocument.parse(document)
+    return doc
+
+
+def from_document(doc: ChatDocument) -> Any:
+    own: dict[str, Any] = dict((doc.model_extra or {}).get(KEY) or {})
+    slots = own.pop("human_feedback_slots", None)
+    chat: dict[str, Any] = {"chat_id": doc.chat_id}
+    for key in ("user_id", "title"):
+        if key in doc.model_fields_set:
+            chat[key] = getattr(doc, key)
+    if doc.model is not None or doc.model_settings is not None:
+        chat["model"] = {"name": doc.model, **(doc.model_settings or {})}
+    if "workflow" in doc.model_fields_set:
+        chat["scenario"] = doc.workflow
+    scenario, main = [], []
+    for message in doc.messages:
+        data = message.to_openai()
+        if data.pop(KEY, None) == "scenario":
+            scenario.append(data)
+        else:
+            main.append((message.uid, data))
+    chat["scenario_messages"] = scenario
+    chat["main_messages"] = [data for _, data in main]
+    if slots is not None:
+        position = {uid: index for index, (uid, _) in enumerate(main)}
+        feedback: list[Any] = [None] * slots
+        for item in doc.feedback:
+            index = position.get(item.message_uid or "")
+            if index is None or index >= slots:
+                continue
+            data = item.model_dump(mode="json", exclude={"id", "message_uid", "created_at"})
+            if "comment" in data:
+                data["additional"] = data.pop("comment")
+            feedback[index] = data
+        chat["human_feedback"] = feedback
+    return {**chat, **own}

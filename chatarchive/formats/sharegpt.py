@@ -1,0 +1,58 @@
+"""ShareGPT: ``{"conversations": [{"from": "human" | "gpt" | "system" | ..., "value": ...}]}``.
+
+``human`` and ``gpt`` become the roles ``user`` and ``assistant``; any other
+``from`` (``system``, ``tool``, ``function_call``, ``observation``...) is kept as
+the role itself. A turn's other keys and the record's other keys (``id``,
+``system``, ``tools``...) are kept, so export gives back exactly the input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chatarchive._document import ChatDocument
+from chatarchive._exceptions import InvalidDocument
+
+__all__ = ["from_document", "looks_like", "to_document"]
+
+_ROLES = {"human": "user", "gpt": "assistant"}
+_SPEAKERS = {role: speaker for speaker, role in _ROLES.items()}
+#: Where the record's own keys are kept in the document.
+KEY = "sharegpt"
+
+
+def looks_like(data: Any) -> bool:
+    turns = data.get("conversations") if isinstance(data, dict) else None
+    return isinstance(turns, list) and all(isinstance(turn, dict) and "from" in turn for turn in turns)
+
+
+def to_document(data: Any) -> ChatDocument:
+    if not looks_like(data):
+        raise InvalidDocument("a ShareGPT record is an object with a 'conversations' list of {from, value}")
+    messages = []
+    for index, turn in enumerate(data["conversations"]):
+        speaker = turn.get("from")
+        if not isinstance(speaker, str):
+            raise InvalidDocument("'from' must be a string", message_index=index, field="from")
+        rest = {key: value for key, value in turn.items() if key not in ("from", "value")}
+        role = _ROLES.get(speaker, speaker)
+        if _SPEAKERS.get(role, role) != speaker:
+            rest["from"] = speaker  # e.g. "user": export would otherwise say "human"
+        message: dict[str, Any] = {**rest, "role": role}
+        if "value" in turn:
+            message["content"] = turn["value"]
+        messages.append(message)
+    own = {key: value for key, value in data.items() if key != "conversations"}
+    return ChatDocument.parse({"messages": messages, KEY: own})
+
+
+def from_document(doc: ChatDocument) -> Any:
+    turns = []
+    for message in doc.to_openai():
+        role = message.pop("role")
+        turn: dict[str, Any] = {"from": message.pop("from", None) or _SPEAKERS.get(role, role)}
+        if "content" in message:
+            turn["value"] = message.pop("content")
+        turns.append({**turn, **message})
+    own = (doc.model_extra or {}).get(KEY) or {}
+    return {**own, "conversations": turns}

@@ -1,0 +1,450 @@
+"""Format adapters: round trips on realistic fixtures, detection, the CLI, completions."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+from chatarchive import ChatArchive, ChatRepository, InvalidDocument, formats
+from chatarchive.formats import chatgpt, finetune, malevich, masterbrain, sharegpt
+from chatarchive.formats.openai_completions import assemble_chunks, message_from_completion
+
+MASTERBRAIN: dict[str, Any] = {
+    "chat_id": "mb-1",
+    "user_id": "u-7",
+    "title": "PCR troubleshooting",
+    "start_time": "2026-03-01T08:00:00+08:00",
+    "end_time": None,
+    "active": True,
+    "deleted": False,
+    "model": {"name": "qwen3-235b", "enable_thinking": True, "temperature": 0.3},
+    "system_message_name": "lab_assistant_v2",
+    "function_names": ["airalogy_search"],
+    "scenario": {"protocol_id": "pcr-basic", "step": 4},
+    "scenario_messages": [{"role": "system", "content": "You help with protocol pcr-basic."}],
+    "main_messages": [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Bands?"},
+                {"type": "image_url", "image_url": "https://x/gel.png"},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "airalogy_search"},
+                    "arguments": '{"q": "bands"}',
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"r": "primer dimers"}'},
+        {"role": "assistant", "content": "Primer dimers, probably."},
+    ],
+    "human_feedback": [None, None, None, {"score": 1, "additional": "spot on"}],
+}
+
+
+def test_masterbrain_round_trips(repo: ChatRepository) -> None:
+    original = copy.deepcopy(MASTERBRAIN)
+    doc = masterbrain.to_document(MASTERBRAIN)
+    assert original == MASTERBRAIN  # input untouched
+    assert (doc.model, doc.model_settings, doc.workflow) == (
+        "qwen3-235b",
+        {"enable_thinking": True, "temperature": 0.3},
+        {"protocol_id": "pcr-basic", "step": 4},
+    )
+    assert doc.created_at == datetime(2026, 3, 1, tzinfo=UTC)
+    assert [f.message_uid for f in doc.feedback] == [doc.messages[4].uid]
+    assert masterbrain.from_document(doc) == MASTERBRAIN
+    repo.save(doc)
+    assert masterbrain.from_document(repo.get("mb-1")) == MASTERBRAIN
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"main_messages": [], "human_feedback": []},
+        {"main_messages": [{"role": "user", "content": "hi"}], "human_feedback": []},
+        {"main_messages": [{"role": "user", "content": "hi"}], "human_feedback": [{}]},
+        {"main_messages": [{"role": "user", "content": "hi"}]},
+        {"main_messages": [{"role": "user", "content": "hi"}], "human_feedback": None, "model": None},
+    ],
+)
+def test_masterbrain_awkward_feedback(variant: dict[str, Any]) -> None:
+    chat = {"chat_id": "mb-2", "scenario_messages": [], **variant}
+    assert masterbrain.from_document(masterbrain.to_document(chat)) == chat
+
+
+def test_masterbrain_feedback_must_align() -> None:
+    with pytest.raises(InvalidDocument, match=r"human_feedback\[1\]"):
+        masterbrain.to_document(
+            {"chat_id": "x", "main_messages": [{"role": "user"}], "human_feedback": [None, {"score": 1}]}
+        )
+
+
+MALEVICH: list[dict[str, Any]] = [
+    {
+        "uid": "m-1",
+        "created_at": "2026-02-01T10:00:00+00:00",
+        "updated_at": None,
+        "role": "user",
+        "content": [{"type": "text", "text": "Plan the assay."}],
+        "completed": True,
+        "is_intent": True,
+        "is_tool_extra_message": False,
+        "is_helper_message": False,
+        "is_reasoning": False,
+        "tool_call_id": None,
+        "channel": "web",
+    },
+    {
+        "uid": "m-2",
+        "created_at": "2026-02-01T10:00:02+00:00",
+        "updated_at": "2026-02-01T10:00:03+00:00",
+        "role": "assistant",
+        "content": [{"type": "text", "text": "Thinking"}, {"type": "reasoning", "summary": ["step 1"]}],
+        "completed": False,
+        "is_intent": False,
+        "is_tool_extra_message": False,
+        "is_helper_message": True,
+        "is_reasoning": True,
+        "tool_call_id": "call-9",
+        "trace": {"spans": [1, 2]},
+    },
+]
+
+
+def _instants(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {
+            k: datetime.fromisoformat(v.replace("Z", "+00:00"))
+            if k in ("created_at", "updated_at") and v
+            else v
+            for k, v in m.items()
+        }
+        for m in messages
+    ]
+
+
+def test_malevich_round_trips(repo: ChatRepository) -> None:
+    doc = malevich.to_document(MALEVICH)
+    assert _instants(malevich.from_document(doc)) == _instants(MALEVICH)
+    repo.save(doc)
+    assert _instants(malevich.from_document(repo.get(doc.chat_id))) == _instants(MALEVICH)
+
+
+SHAREGPT: dict[str, Any] = {
+    "id": "sg-1",
+    "system": "Be kind.",
+    "conversations": [
+        {"from": "system", "value": "You are a lab assistant."},
+        {"from": "human", "value": "What is a ladder?"},
+        {"from": "gpt", "value": "A set of DNA fragments of known sizes.", "weight": 1},
+        {"from": "function_call", "value": '{"name": "search"}'},
+        {"from": "observation", "value": "results"},
+        {"from": "user", "value": "Thanks"},
+    ],
+}
+
+
+def test_sharegpt_round_trips(repo: ChatRepository) -> None:
+    doc = sharegpt.to_document(SHAREGPT)
+    assert [m.role for m in doc.messages] == [
+        "system",
+        "user",
+        "assistant",
+        "function_call",
+        "observation",
+        "user",
+    ]
+    assert sharegpt.from_document(doc) == SHAREGPT
+    repo.save(doc)
+    assert sharegpt.from_document(repo.get(doc.chat_id)) == SHAREGPT
+
+
+def _node(
+    node_id: str, parent: str | None, children: list[str], role: str | None, text: str | None, at: float = 0
+) -> dict[str, Any]:
+    message = None
+    if role is not None:
+        message = {
+            "id": f"msg-{node_id}",
+            "author": {"role": role, "name": None, "metadata": {}},
+            "create_time": at,
+            "content": {"content_type": "text", "parts": [text]},
+            "metadata": {},
+        }
+    return {"id": node_id, "message": message, "parent": parent, "children": children}
+
+
+CHATGPT: dict[str, Any] = {
+    "title": "Gel question",
+    "create_time": 1767225600.5,
+    "update_time": 1767225700.25,
+    "conversation_id": "conv-1",
+    "current_node": "a2",
+    "mapping": {
+        "root": _node("root", None, ["u1"], None, None),
+        "u1": _node("u1", "root", ["a1", "a2"], "user", "Why two bands?", 1767225601),
+        "a1": _node("a1", "u1", [], "assistant", "First answer (regenerated).", 1767225602),
+        "a2": _node("a2", "u1", [], "assistant", "Second answer.", 1767225603),
+    },
+}
+
+
+def test_chatgpt_imports_the_active_path_and_keeps_the_other_branches(repo: ChatRepository) -> None:
+    doc = chatgpt.to_document(CHATGPT)
+    assert doc.chat_id == "conv-1"
+    assert doc.title == "Gel question"
+    assert [(m.role, m.content) for m in doc.messages] == [
+        ("user", "Why two bands?"),
+        ("assistant", "Second answer."),
+    ]
+    assert doc.created_at == datetime.fromtimestamp(1767225600.5, UTC)
+    kept = (doc.model_extra or {})["chatgpt"]
+    assert kept["other_nodes"] == {"a1": "u1"}
+    assert kept["root"] == "root"
+    repo.save(doc)
+    exported = chatgpt.from_document(repo.get("conv-1"))
+    assert exported["current_node"] == "a2"
+    assert exported["title"] == "Gel question"
+    assert chatgpt.to_document(exported).to_openai() == doc.to_openai()
+
+
+def test_chatgpt_refuses_a_broken_tree() -> None:
+    broken = {**CHATGPT, "current_node": "ghost"}
+    with pytest.raises(InvalidDocument, match="ghost"):
+        chatgpt.to_document(broken)
+
+
+def test_detection() -> None:
+    assert formats.detect(MASTERBRAIN) == "masterbrain"
+    assert formats.detect(MALEVICH) == "malevich"
+    assert formats.detect(SHAREGPT) == "sharegpt"
+    assert formats.detect(CHATGPT) == "chatgpt"
+    assert formats.detect([{"role": "user", "content": "hi"}]) == "openai"
+    assert formats.detect({"chat_id": "c", "messages": []}) == "canonical"
+    with pytest.raises(InvalidDocument):
+        formats.detect(42)
+
+
+def test_finetune_selection() -> None:
+    answered: dict[str, Any] = {
+        "chat_id": "ok",
+        "model": "m1",
+        "workflow": {"tools": [{"type": "function", "function": {"name": "search", "parameters": {}}}]},
+        "created_at": "2026-03-01T00:00:00Z",
+        "messages": [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "q", "is_intent": True},
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {"id": "c", "type": "function", "function": {"name": "search", "arguments": "{}"}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c", "content": "r"},
+            {"role": "assistant", "content": "a", "uid": "last"},
+        ],
+        "feedback": [{"message_uid": "last", "score": 1}],
+    }
+    unanswered = {
+        **answered,
+        "chat_id": "bad",
+        "messages": answered["messages"][:3],
+        "feedback": [{"score": 1}],
+    }
+    low = {**answered, "chat_id": "low", "feedback": [{"score": -1}]}
+    other = {**answered, "chat_id": "other", "model": "m2"}
+    selection = finetune.Selection()
+    docs = [formats.to_document(d) for d in (answered, unanswered, low, other)]
+    lines = list(
+        finetune.select(
+            docs, finetune.Filters(min_score=0.5, model="m1", exclude_roles=("system",)), selection
+        )
+    )
+    assert selection.written == 1
+    assert selection.skipped == {"other model": 1, "score below the minimum": 1, "unanswered tool calls": 1}
+    (line,) = lines
+    assert line["tools"] == answered["workflow"]["tools"]
+    assert [m["role"] for m in line["messages"]] == ["user", "assistant", "tool", "assistant"]
+    assert line["messages"][0] == {"role": "user", "content": "q"}  # only the keys fine-tuning knows
+
+
+COMPLETION = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1767225600,
+    "model": "gpt-4o-2024-08-06",
+    "system_fingerprint": "fp_1",
+    "service_tier": "default",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Primer dimers.", "refusal": None},
+            "finish_reason": "stop",
+            "logprobs": None,
+        },
+        {
+            "index": 1,
+            "message": {"role": "assistant", "content": "Contamination.", "refusal": None},
+            "finish_reason": "length",
+            "logprobs": None,
+        },
+    ],
+    "usage": {
+        "prompt_tokens": 20,
+        "completion_tokens": 4,
+        "total_tokens": 24,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    },
+}
+
+
+def test_record_completion_from_a_dict_and_from_openai_objects(archive: ChatArchive) -> None:
+    archive.save({"chat_id": "c", "messages": [{"role": "user", "content": "Why?"}]})
+    first = archive.record_completion("c", COMPLETION)
+    second = archive.record_completion("c", ChatCompletion.model_validate(COMPLETION), choice=1)
+    stored = archive.get("c").messages
+    assert stored[1] == first
+    assert (first.content, first.model, first.finish_reason) == (
+        "Primer dimers.",
+        "gpt-4o-2024-08-06",
+        "stop",
+    )
+    assert first.usage is not None
+    assert (first.usage.prompt_tokens, first.usage.total_tokens) == (20, 24)
+    extra = first.model_extra or {}
+    assert (
+        extra["response_id"],
+        extra["system_fingerprint"],
+        extra["service_tier"],
+        extra["choice_index"],
+    ) == ("chatcmpl-1", "fp_1", "default", 0)
+    assert first.created_at == datetime.fromtimestamp(1767225600, UTC)
+    assert (second.content, second.finish_reason, (second.model_extra or {})["choice_index"]) == (
+        "Contamination.",
+        "length",
+        1,
+    )
+    with pytest.raises(InvalidDocument, match="choice 5"):
+        archive.record_completion("c", COMPLETION, choice=5)
+
+
+def _chunk(
+    delta: dict[str, Any], finish: str | None = None, usage: dict[str, Any] | None = None
+) -> ChatCompletionChunk:
+    return ChatCompletionChunk.model_validate(
+        {
+            "id": "chatcmpl-2",
+            "object": "chat.completion.chunk",
+            "created": 1767225601,
+            "model": "gpt-4o",
+            "system_fingerprint": "fp_2",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}] if delta is not None else [],
+            "usage": usage,
+        }
+    )
+
+
+def test_streamed_chunks_with_tool_call_fragments(archive: ChatArchive) -> None:
+    chunks = [
+        _chunk(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_a",
+                        "type": "function",
+                        "function": {"name": "search", "arguments": ""},
+                    }
+                ],
+            }
+        ),
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"q": '}}]}),
+        _chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 1,
+                        "id": "call_b",
+                        "type": "function",
+                        "function": {"name": "calc", "arguments": "{}"},
+                    }
+                ]
+            }
+        ),
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"pcr"}'}}]}),
+        _chunk({}, finish="tool_calls"),
+        _chunk(None, usage={"prompt_tokens": 9, "completion_tokens": 7, "total_tokens": 16}),  # type: ignore[arg-type]
+    ]
+    completion = assemble_chunks(chunks)
+    message = completion["choices"][0]["message"]
+    assert message["tool_calls"] == [
+        {"id": "call_a", "type": "function", "function": {"name": "search", "arguments": '{"q": "pcr"}'}},
+        {"id": "call_b", "type": "function", "function": {"name": "calc", "arguments": "{}"}},
+    ]
+    archive.save({"chat_id": "s", "messages": [{"role": "user", "content": "search"}]})
+    stored = archive.record_completion("s", chunks)
+    assert stored.finish_reason == "tool_calls"
+    assert stored.usage is not None
+    assert stored.usage.total_tokens == 16
+    assert [call.function.arguments for call in stored.tool_calls or [] if call.function] == [
+        '{"q": "pcr"}',
+        "{}",
+    ]
+    text_chunks = [
+        _chunk({"role": "assistant", "content": "Hel"}),
+        _chunk({"content": "lo"}),
+        _chunk({}, finish="stop"),
+    ]
+    assert message_from_completion(text_chunks)["content"] == "Hello"
+
+
+def test_the_cli_imports_and_exports_every_format(tmp_path: Any) -> None:
+    from click.testing import CliRunner
+
+    from chatarchive._cli import main
+
+    url = f"sqlite:///{tmp_path / 'formats.db'}"
+    runner = CliRunner()
+    assert runner.invoke(main, ["--db", url, "db", "upgrade"]).exit_code == 0
+    inputs = {
+        "masterbrain.json": MASTERBRAIN,
+        "malevich.json": MALEVICH,
+        "sharegpt.jsonl": SHAREGPT,
+        "conversations.json": [CHATGPT],
+    }
+    for name, data in inputs.items():
+        path = tmp_path / name
+        path.write_text(json.dumps(data) + ("\n" if name.endswith("jsonl") else ""), encoding="utf-8")
+        result = runner.invoke(main, ["--db", url, "import", str(path)])
+        assert result.exit_code == 0, result.output
+    out = runner.invoke(main, ["--db", url, "export", "--format", "masterbrain", "--user", "u-7"])
+    assert [json.loads(line) for line in out.output.splitlines()] == [MASTERBRAIN]
+    out = runner.invoke(main, ["--db", url, "export", "--format", "sharegpt"])
+    assert SHAREGPT in [json.loads(line) for line in out.output.splitlines()]
+    out = runner.invoke(
+        main, ["--db", url, "export", "--format", "openai-finetune", "--exclude-role", "system"]
+    )
+    assert out.exit_code == 0
+    assert "wrote" in out.output
+    for fmt in ("malevich", "chatgpt", "openai", "canonical"):
+        assert runner.invoke(main, ["--db", url, "export", "--format", fmt]).exit_code == 0
+    forced = tmp_path / "forced.json"
+    forced.write_text(json.dumps(SHAREGPT), encoding="utf-8")
+    wrong = runner.invoke(main, ["--db", url, "import", "--format", "masterbrain", str(forced)])
+    assert wrong.exit_code == 1
+    assert "Masterbrain" in wrong.output
