@@ -402,3 +402,28 @@ def test_fuzz_the_cli_import_reports_instead_of_crashing(tmp_path: Path, data: A
     result = runner.invoke(main, ["--db", url, "import", str(path)])
     assert result.exit_code in (0, 1), result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+
+
+def _restart_local_server() -> None:
+    import shutil
+    import subprocess
+
+    clusters = sorted(Path("/etc/postgresql").glob("*/main")) if Path("/etc/postgresql").exists() else []
+    if not shutil.which("pg_ctlcluster") or not clusters:
+        pytest.skip("no local PostgreSQL cluster this test may restart (pg_ctlcluster)")
+    version = clusters[-1].parent.name
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"], check=True, timeout=120
+    )
+
+
+def test_pooled_connections_recover_after_a_server_restart(pg_archive: tuple[ChatArchive, str]) -> None:
+    archive, _ = pg_archive
+    archive.save(tool_chat("before"))
+    assert archive.get("before").chat_id == "before"  # the pool now holds a connection
+    _restart_local_server()
+    # Reads recover on their own (a lost connection is retried once); writes too,
+    # since every connection that sat idle through the restart is pinged first.
+    assert archive.get("before").chat_id == "before"
+    archive.save(tool_chat("after"))
+    assert [c.chat_id for c in archive.list_chats().items] == ["after", "before"]
