@@ -1,6 +1,7 @@
 """chatarchive: LLM chat conversations kept losslessly in a normalized database."""
 
 from ._archive import ChatArchive
+from ._async import AsyncChatArchive, AsyncChatRepository
 from ._document import (
     ChatDocument,
     ChatPage,
@@ -13,7 +14,7 @@ from ._document import (
     ToolFunction,
     Usage,
 )
-from ._engine import DEFAULT_URL, URL_ENV, create_engine, database_url
+from ._engine import DEFAULT_URL, URL_ENV, create_async_engine, create_engine, database_url
 from ._exceptions import (
     ChatArchiveError,
     ChatNotFound,
@@ -28,6 +29,8 @@ from ._search import SearchHit
 __all__ = [
     "DEFAULT_URL",
     "URL_ENV",
+    "AsyncChatArchive",
+    "AsyncChatRepository",
     "ChatArchive",
     "ChatArchiveError",
     "ChatChanges",
@@ -48,6 +51,7 @@ __all__ = [
     "ToolCall",
     "ToolFunction",
     "Usage",
+    "create_async_engine",
     "create_engine",
     "database_url",
 ]

@@ -26,7 +26,7 @@ __all__ = ["ChatArchive"]
 _T = TypeVar("_T")
 
 
-_TABLES = ("chats", "chat_tags", "messages", "content_parts", "tool_calls", "feedback")
+_TABLES = ("chats", "chat_tags", "messages", "content_parts", "tool_calls", "feedback", "message_chunks")
 
 
 def _connection_lost(error: DatabaseError) -> bool:
@@ -213,6 +213,24 @@ class ChatArchive:
         """Append the assistant message of an OpenAI chat completion (or of its
         streamed chunks); see :meth:`ChatRepository.record_completion`."""
         return self._call(lambda repo: repo.record_completion(chat_id, completion, choice=choice))
+
+    def begin_message(
+        self, chat_id: str, role: str = "assistant", uid: str | None = None, **fields: Any
+    ) -> Message:
+        """Start a streamed message; see :meth:`ChatRepository.begin_message`."""
+        return self._call(lambda repo: repo.begin_message(chat_id, role, uid, **fields))
+
+    def append_chunk(
+        self, chat_id: str, message_uid: str, chunk: str, *, tool_call_index: int | None = None
+    ) -> None:
+        """Store one chunk of a streamed message (one insert, committed at once)."""
+        self._call(
+            lambda repo: repo.append_chunk(chat_id, message_uid, chunk, tool_call_index=tool_call_index)
+        )
+
+    def complete_message(self, chat_id: str, message_uid: str, **fields: Any) -> Message:
+        """Fold a streamed message's chunks in and mark it complete."""
+        return self._call(lambda repo: repo.complete_message(chat_id, message_uid, **fields))
 
     def add_feedback(self, chat_id: str, feedback: Feedback | Mapping[str, Any]) -> Feedback:
         """Attach feedback to a chat or one of its messages."""

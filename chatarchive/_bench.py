@@ -320,7 +320,7 @@ class _Bench:
         with self._driver() as connection:
             start = time.perf_counter()
             with connection.cursor() as cursor:
-                for name in _TABLES:
+                for name in (table for table in _TABLES if table in prepared):
                     plan = plans[name]
                     with cursor.copy(
                         plan.statement.replace(f"COPY {name} ", f"COPY {schema}.{name} ", 1)

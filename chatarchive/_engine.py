@@ -7,10 +7,19 @@ import time
 from typing import Any
 
 import sqlalchemy
+import sqlalchemy.ext.asyncio
 from sqlalchemy import URL, Engine, event, make_url
 from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-__all__ = ["DEFAULT_URL", "PING_AFTER_IDLE", "URL_ENV", "create_engine", "database_url"]
+__all__ = [
+    "DEFAULT_URL",
+    "PING_AFTER_IDLE",
+    "URL_ENV",
+    "create_async_engine",
+    "create_engine",
+    "database_url",
+]
 
 #: Environment variable that names the archive's database.
 URL_ENV = "CHATARCHIVE_DATABASE_URL"
@@ -50,19 +59,39 @@ def create_engine(
     work. ``statement_timeout`` (seconds) applies to every PostgreSQL statement.
     """
     parsed = database_url(url)
-    if statement_timeout is not None and parsed.get_backend_name() == "postgresql":
-        connect_args = dict(options.pop("connect_args", {}))
-        milliseconds = max(1, round(statement_timeout * 1000))
-        connect_args["options"] = (
-            f"{connect_args.get('options', '')} -c statement_timeout={milliseconds}".strip()
-        )
-        options["connect_args"] = connect_args
+    _add_statement_timeout(parsed, statement_timeout, options)
     engine = sqlalchemy.create_engine(parsed, **options)
-    if parsed.get_backend_name() == "postgresql" and not options.get("pool_pre_ping"):
-        _ping_idle_connections(engine)
-    if parsed.get_backend_name() == "sqlite":
-        _set_up_sqlite(engine, in_memory=parsed.database in (None, "", ":memory:"))
+    _set_up(engine, parsed, options)
     return engine
+
+
+def create_async_engine(
+    url: str | URL | None = None, *, statement_timeout: float | None = None, **options: Any
+) -> AsyncEngine:
+    """The asyncio twin of :func:`create_engine`: psycopg 3's async driver for
+    PostgreSQL, aiosqlite for SQLite, set up the same way."""
+    parsed = database_url(url)
+    if parsed.drivername in ("sqlite", "sqlite+pysqlite"):
+        parsed = parsed.set(drivername="sqlite+aiosqlite")
+    _add_statement_timeout(parsed, statement_timeout, options)
+    engine = sqlalchemy.ext.asyncio.create_async_engine(parsed, **options)
+    _set_up(engine.sync_engine, parsed, options)
+    return engine
+
+
+def _add_statement_timeout(url: URL, seconds: float | None, options: dict[str, Any]) -> None:
+    if seconds is not None and url.get_backend_name() == "postgresql":
+        connect_args = dict(options.pop("connect_args", {}))
+        setting = f"-c statement_timeout={max(1, round(seconds * 1000))}"
+        connect_args["options"] = f"{connect_args.get('options', '')} {setting}".strip()
+        options["connect_args"] = connect_args
+
+
+def _set_up(engine: Engine, url: URL, options: dict[str, Any]) -> None:
+    if url.get_backend_name() == "postgresql" and not options.get("pool_pre_ping"):
+        _ping_idle_connections(engine)
+    if url.get_backend_name() == "sqlite":
+        _set_up_sqlite(engine, in_memory=url.database in (None, "", ":memory:"))
 
 
 def _ping_idle_connections(engine: Engine) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -59,7 +59,7 @@ def prepared_batches(
     *,
     stop_at_error: bool,
     limits: Limits | None = None,
-) -> Iterator[PreparedBatch]:
+) -> Generator[PreparedBatch, None, None]:
     """Batches of validated documents and their rows, prepared in a background
     thread that reads ``docs`` at most ``AHEAD`` batches ahead of the consumer."""
     queue: Queue[object] = Queue(maxsize=AHEAD)
@@ -251,7 +251,12 @@ class _CopyWriter:
 
 
 def row_writer(session: Session) -> RowWriter:
-    """The fastest way to insert many rows on the session's database."""
+    """The fastest way to insert many rows on the session's database: binary
+    COPY through a synchronous psycopg connection, ``executemany`` otherwise
+    (SQLite, and the asyncio API, whose driver connection is asynchronous)."""
     if session.get_bind().dialect.name == "postgresql":
-        return _CopyWriter(session)
+        import psycopg
+
+        if isinstance(session.connection().connection.driver_connection, psycopg.Connection):
+            return _CopyWriter(session)
     return _ExecuteManyWriter(session)

@@ -9,9 +9,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from functools import cache
-from typing import Any, TypedDict, Unpack
+from typing import Any, NoReturn, TypedDict, Unpack
 
 from sqlalchemy import (
+    Integer,
     Table,
     Text,
     bindparam,
@@ -48,6 +49,8 @@ from ._rows import (
     document_from_rows,
     document_to_rows,
     feedback_to_row,
+    fold_chunks,
+    message_from_rows,
     messages_to_rows,
 )
 from ._schema import metadata
@@ -65,9 +68,10 @@ messages = metadata.tables["messages"]
 content_parts = metadata.tables["content_parts"]
 tool_calls = metadata.tables["tool_calls"]
 feedback = metadata.tables["feedback"]
+message_chunks = metadata.tables["message_chunks"]
 
 # Children first, so that deleting never trips a foreign key.
-_CHILD_TABLES = (feedback, content_parts, tool_calls, messages, chat_tags)
+_CHILD_TABLES = (feedback, message_chunks, content_parts, tool_calls, messages, chat_tags)
 _DOCUMENT_ORDER = {
     chat_tags: (chat_tags.c.chat_id, chat_tags.c.position),
     messages: (messages.c.chat_id, messages.c.position),
@@ -78,6 +82,7 @@ _DOCUMENT_ORDER = {
     ),
     tool_calls: (tool_calls.c.chat_id, tool_calls.c.message_position, tool_calls.c.position),
     feedback: (feedback.c.chat_id, feedback.c.position),
+    message_chunks: (message_chunks.c.chat_id, message_chunks.c.message_position, message_chunks.c.position),
 }
 
 
@@ -377,6 +382,127 @@ class ChatRepository:
 
         (message,) = self.append(chat_id, [message_from_completion(completion, choice=choice)])
         return message
+
+    # -- streaming ---------------------------------------------------------------
+
+    def begin_message(
+        self, chat_id: str, role: str = "assistant", uid: str | None = None, **fields: Any
+    ) -> Message:
+        """Start a message that will arrive in chunks: it is stored at once with
+        ``completed`` false and empty content (or ``fields["content"]``)."""
+        message: dict[str, Any] = {"content": "", **fields, "role": role, "completed": False}
+        if uid is not None:
+            message["uid"] = uid
+        (stored,) = self.append(chat_id, [message])
+        return stored
+
+    def append_chunk(
+        self, chat_id: str, message_uid: str, chunk: str, *, tool_call_index: int | None = None
+    ) -> None:
+        """Store one streamed chunk of a message begun with :meth:`begin_message`:
+        one insert, whatever was received before (earlier text is never
+        rewritten). ``tool_call_index`` makes it a fragment of that tool call's
+        arguments instead of content text.
+
+        Raises:
+            InvalidDocument: unknown or completed message, or a bad chunk.
+        """
+        if not isinstance(chunk, str):
+            raise InvalidDocument("a chunk is a string", chat_id=chat_id, field="chunk")
+        # The chunk must be text the archive can hold (valid Unicode, within the limits).
+        parse_messages([{"role": "chunk", "content": chunk}], chat_id=chat_id, limits=self._limits)
+        if tool_call_index is not None and (not isinstance(tool_call_index, int) or tool_call_index < 0):
+            raise InvalidDocument(
+                "tool_call_index must be a whole number >= 0", chat_id=chat_id, field="tool_call_index"
+            )
+        target = self._scoped(
+            select(messages.c.chat_id, messages.c.position)
+            .join(chats, chats.c.chat_id == messages.c.chat_id)
+            .where(
+                messages.c.chat_id == chat_id, messages.c.uid == message_uid, messages.c.completed.is_(False)
+            )
+        ).subquery()
+        following = (
+            select(func.coalesce(func.max(message_chunks.c.position) + 1, 0))
+            .where(
+                message_chunks.c.chat_id == target.c.chat_id,
+                message_chunks.c.message_position == target.c.position,
+            )
+            .scalar_subquery()
+        )
+        statement = insert(message_chunks).from_select(
+            ["chat_id", "message_position", "position", "tool_call_index", "text"],
+            select(
+                target.c.chat_id,
+                target.c.position,
+                following,
+                literal(tool_call_index, Integer()),
+                literal(chunk, ArchiveText()),
+            ),
+        )
+        with self._read():
+            inserted = self._execute(statement.returning(message_chunks.c.position)).first()
+        if inserted is None:
+            self._explain_missing_message(chat_id, message_uid)
+
+    def complete_message(self, chat_id: str, message_uid: str, **fields: Any) -> Message:
+        """Finish a streamed message: fold its chunks into its content (and tool
+        call arguments), set ``completed`` and any given fields (``model``,
+        ``finish_reason``, ``usage``...), and drop the chunks, in one transaction.
+
+        Returns:
+            The completed message.
+        """
+        now = _now()
+        with self._write():
+            current = self._lock(chat_id)
+            found = (
+                self._session.execute(
+                    select(messages).where(messages.c.chat_id == chat_id, messages.c.uid == message_uid)
+                )
+                .mappings()
+                .first()
+            )
+            if found is None or found["completed"]:
+                self._explain_missing_message(chat_id, message_uid)
+            position = found["position"]
+
+            def rows_of(table: Table) -> list[Mapping[Any, Any]]:
+                order = _DOCUMENT_ORDER[table]
+                query = select(table).where(table.c.chat_id == chat_id, table.c.message_position == position)
+                return list(self._session.execute(query.order_by(*order)).mappings())
+
+            data = fold_chunks(
+                message_from_rows(found, rows_of(content_parts), rows_of(tool_calls)), rows_of(message_chunks)
+            )
+            data.update(fields)
+            data["completed"] = True
+            message = parse_messages([data], chat_id=chat_id, limits=self._limits)[0]
+            rows = messages_to_rows(chat_id, [message], first_position=position, now=now)
+            for table in (message_chunks, content_parts, tool_calls):
+                self._execute(
+                    delete(table).where(table.c.chat_id == chat_id, table.c.message_position == position)
+                )
+            self._execute(
+                update(messages)
+                .where(messages.c.chat_id == chat_id, messages.c.position == position)
+                .values(rows.messages[0])
+            )
+            self._insert(content_parts, rows.parts)
+            self._insert(tool_calls, rows.tool_calls)
+            self._touch(chat_id, current, now)
+        return message
+
+    def _explain_missing_message(self, chat_id: str, message_uid: str) -> NoReturn:
+        self._require(chat_id)
+        with self._read():
+            completed = self._session.execute(
+                select(messages.c.completed).where(
+                    messages.c.chat_id == chat_id, messages.c.uid == message_uid
+                )
+            ).scalar()
+        reason = "the message is already complete" if completed else f"no message with uid {message_uid!r}"
+        raise InvalidDocument(reason, chat_id=chat_id, field="message_uid")
 
     def add_feedback(self, chat_id: str, item: Feedback | Mapping[str, Any]) -> Feedback:
         """Attach feedback to a chat (or to one of its messages, by ``message_uid``).
@@ -745,6 +871,7 @@ class ChatRepository:
                 rows[content_parts],
                 rows[tool_calls],
                 rows[feedback],
+                rows[message_chunks],
             )
         return [documents[chat_id] for chat_id in chat_ids if chat_id in documents]
 

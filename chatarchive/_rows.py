@@ -27,6 +27,7 @@ __all__ = [
     "document_to_rows",
     "feedback_from_row",
     "feedback_to_row",
+    "fold_chunks",
     "message_from_rows",
     "messages_to_rows",
 ]
@@ -358,6 +359,33 @@ def feedback_from_row(row: Mapping[Any, Any]) -> Row:
     return data
 
 
+def fold_chunks(message: Row, chunks: Sequence[Mapping[Any, Any]]) -> Row:
+    """A message's canonical dict with its streamed chunks folded in: content
+    chunks appended to its text, tool-call chunks to that call's arguments."""
+    text = "".join(chunk["text"] for chunk in chunks if chunk["tool_call_index"] is None)
+    if text:
+        content = message.get("content")
+        if isinstance(content, list):
+            if content and content[-1].get("type") == "text" and isinstance(content[-1].get("text"), str):
+                content[-1] = {**content[-1], "text": content[-1]["text"] + text}
+            else:
+                content.append({"type": "text", "text": text})
+        else:
+            message["content"] = (content or "") + text
+    for chunk in chunks:
+        index = chunk["tool_call_index"]
+        if index is None:
+            continue
+        calls = message.setdefault("tool_calls", None) or []
+        while len(calls) <= index:
+            calls.append({"type": "function", "function": {"arguments": ""}})
+        call = calls[index]
+        body = call["function"] = dict(call.get("function") or {})
+        body["arguments"] = (body.get("arguments") or "") + chunk["text"]
+        message["tool_calls"] = calls
+    return message
+
+
 def document_from_rows(
     chat: Mapping[Any, Any],
     tags: Sequence[str],
@@ -365,14 +393,19 @@ def document_from_rows(
     parts: Sequence[Mapping[Any, Any]],
     calls: Sequence[Mapping[Any, Any]],
     feedback: Sequence[Mapping[Any, Any]],
+    chunks: Sequence[Mapping[Any, Any]] = (),
 ) -> ChatDocument:
-    """Rebuild one document from its rows (each list in key order)."""
+    """Rebuild one document from its rows (each list in key order); messages
+    still being streamed show the text received so far."""
     parts_of: defaultdict[int, list[Mapping[Any, Any]]] = defaultdict(list)
     for part in parts:
         parts_of[part["message_position"]].append(part)
     calls_of: defaultdict[int, list[Mapping[Any, Any]]] = defaultdict(list)
     for call in calls:
         calls_of[call["message_position"]].append(call)
+    chunks_of: defaultdict[int, list[Mapping[Any, Any]]] = defaultdict(list)
+    for chunk in chunks:
+        chunks_of[chunk["message_position"]].append(chunk)
     data = _merge(
         chat,
         ("chat_id", "created_at", "updated_at", *_CHAT_TEXT_COLUMNS, *_CHAT_JSON_COLUMNS),
@@ -382,6 +415,9 @@ def document_from_rows(
     data["messages"] = [
         message_from_rows(row, parts_of[row["position"]], calls_of[row["position"]]) for row in messages
     ]
+    for message, row in zip(data["messages"], messages, strict=True):
+        if row["position"] in chunks_of:
+            fold_chunks(message, chunks_of[row["position"]])
     data["feedback"] = [feedback_from_row(row) for row in feedback]
     data["version"] = chat["version"]
     return ChatDocument.model_validate(data, context=TRUSTED)

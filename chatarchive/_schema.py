@@ -30,6 +30,7 @@ __all__ = [
     "VERSION_TABLE",
     "Base",
     "ChatRow",
+    "ChunkRow",
     "ContentPartRow",
     "FeedbackRow",
     "MessageRow",
@@ -49,7 +50,7 @@ NAMING_CONVENTION = {
 
 #: The Alembic revision these models correspond to (a test keeps it equal to
 #: the newest migration).
-SCHEMA_REVISION = "0003"
+SCHEMA_REVISION = "0004"
 
 #: chatarchive's own Alembic version table, so that an application using Alembic
 #: for its own tables can share the database.
@@ -234,6 +235,27 @@ class FeedbackRow(Base):
     )
 
 
+class ChunkRow(Base):
+    """A streamed piece of a message still being written (``completed`` false):
+    text for its content, or argument text for one of its tool calls."""
+
+    __tablename__ = "message_chunks"
+
+    chat_id: Mapped[str] = mapped_column(primary_key=True)
+    message_position: Mapped[int] = mapped_column(primary_key=True)
+    position: Mapped[int] = mapped_column(primary_key=True)
+    tool_call_index: Mapped[int | None]
+    text: Mapped[str]
+
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["chat_id", "message_position"],
+            ["messages.chat_id", "messages.position"],
+            ondelete="CASCADE",
+        ),
+    )
+
+
 #: What every table and column means; on PostgreSQL these are the COMMENTs that
 #: ``\d+`` shows (set by migration 0002).
 TABLE_COMMENTS = {
@@ -243,6 +265,7 @@ TABLE_COMMENTS = {
     "content_parts": "Ordered content parts of messages; a string content is one text part.",
     "tool_calls": "Tool calls made by assistant messages.",
     "feedback": "Human feedback on a chat, or on one of its messages.",
+    "message_chunks": "Streamed pieces of messages still being written; folded in when complete.",
 }
 COLUMN_COMMENTS = {
     "chats": {
@@ -299,6 +322,13 @@ COLUMN_COMMENTS = {
         "name": "The tool's name.",
         "arguments": "The arguments exactly as the model wrote them (custom calls: their input).",
         "data": "Anything else in the call (JSON object).",
+    },
+    "message_chunks": {
+        "chat_id": "The chat.",
+        "message_position": "The message's position.",
+        "position": "Order of the chunks.",
+        "tool_call_index": "Null for content text; else the tool call whose arguments this continues.",
+        "text": "The chunk's text.",
     },
     "feedback": {
         "chat_id": "The chat.",

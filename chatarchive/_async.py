@@ -1,0 +1,401 @@
+"""The asyncio API: AsyncChatRepository and AsyncChatArchive.
+
+There is one implementation of every query: these classes run
+:class:`ChatRepository`'s own methods inside ``AsyncSession.run_sync``, which
+SQLAlchemy drives over the async driver (psycopg 3's async connection, or
+aiosqlite) without blocking the event loop. The methods, arguments, return
+types and errors are the synchronous API's; each is awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from datetime import datetime
+from functools import partial
+from types import TracebackType
+from typing import Any, Self, TypeVar, Unpack
+
+from sqlalchemy import URL, Connection, inspect, text
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.orm import Session
+
+from ._document import ChatDocument, ChatPage, Feedback, Limits, Message
+from ._engine import create_async_engine
+from ._exceptions import InvalidDocument, SchemaNotReady, database_errors
+from ._ingest import prepared_batches
+from ._repository import ChatChanges, ChatRepository, OnError
+from ._schema import SCHEMA_REVISION, VERSION_TABLE
+from ._search import SearchHit
+
+__all__ = ["AsyncChatArchive", "AsyncChatRepository"]
+
+_T = TypeVar("_T")
+
+
+class AsyncChatRepository:
+    """:class:`ChatRepository` for an ``AsyncSession``: the same calls, awaited.
+
+    Never commits; the caller owns the transaction. See :class:`ChatRepository`
+    for what each call does.
+    """
+
+    def __init__(
+        self,
+        session: AsyncSession,
+        *,
+        savepoints: bool = True,
+        limits: Limits | None = None,
+        user_id: str | None = None,
+    ) -> None:
+        self._session = session
+        self._options: dict[str, Any] = {"savepoints": savepoints, "limits": limits, "user_id": user_id}
+
+    async def _run(self, call: Callable[[ChatRepository], _T]) -> _T:
+        def in_sync_session(session: Session) -> _T:
+            return call(ChatRepository(session, **self._options))
+
+        return await self._session.run_sync(in_sync_session)
+
+    async def save(
+        self, doc: ChatDocument | Mapping[str, Any], *, expected_version: int | None = None
+    ) -> int:
+        return await self._run(lambda repo: repo.save(doc, expected_version=expected_version))
+
+    async def save_many(
+        self,
+        docs: Iterable[ChatDocument | Mapping[str, Any]],
+        *,
+        batch_size: int = 250,
+        bulk: bool = False,
+        on_error: OnError | None = None,
+    ) -> int:
+        return await self._run(
+            lambda repo: repo.save_many(docs, batch_size=batch_size, bulk=bulk, on_error=on_error)
+        )
+
+    async def get(self, chat_id: str) -> ChatDocument:
+        return await self._run(lambda repo: repo.get(chat_id))
+
+    async def get_many(self, chat_ids: Iterable[str]) -> list[ChatDocument]:
+        return await self._run(lambda repo: repo.get_many(chat_ids))
+
+    async def append(
+        self,
+        chat_id: str,
+        new_messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        expected_version: int | None = None,
+    ) -> list[Message]:
+        return await self._run(
+            lambda repo: repo.append(chat_id, new_messages, expected_version=expected_version)
+        )
+
+    async def record_completion(self, chat_id: str, completion: Any, *, choice: int = 0) -> Message:
+        return await self._run(lambda repo: repo.record_completion(chat_id, completion, choice=choice))
+
+    async def begin_message(
+        self, chat_id: str, role: str = "assistant", uid: str | None = None, **fields: Any
+    ) -> Message:
+        return await self._run(lambda repo: repo.begin_message(chat_id, role, uid, **fields))
+
+    async def append_chunk(
+        self, chat_id: str, message_uid: str, chunk: str, *, tool_call_index: int | None = None
+    ) -> None:
+        await self._run(
+            partial(
+                ChatRepository.append_chunk,
+                chat_id=chat_id,
+                message_uid=message_uid,
+                chunk=chunk,
+                tool_call_index=tool_call_index,
+            )
+        )
+
+    async def complete_message(self, chat_id: str, message_uid: str, **fields: Any) -> Message:
+        return await self._run(lambda repo: repo.complete_message(chat_id, message_uid, **fields))
+
+    async def add_feedback(self, chat_id: str, item: Feedback | Mapping[str, Any]) -> Feedback:
+        return await self._run(lambda repo: repo.add_feedback(chat_id, item))
+
+    async def update(
+        self, chat_id: str, *, expected_version: int | None = None, **changes: Unpack[ChatChanges]
+    ) -> int:
+        return await self._run(
+            lambda repo: repo.update(chat_id, expected_version=expected_version, **changes)
+        )
+
+    async def delete(self, chat_id: str) -> None:
+        await self._run(lambda repo: repo.delete(chat_id))
+
+    async def delete_user(self, user_id: str) -> int:
+        return await self._run(lambda repo: repo.delete_user(user_id))
+
+    async def list_chats(
+        self,
+        *,
+        user_id: str | None = None,
+        model: str | None = None,
+        tag: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> ChatPage:
+        return await self._run(
+            lambda repo: repo.list_chats(
+                user_id=user_id, model=model, tag=tag, since=since, until=until, limit=limit, cursor=cursor
+            )
+        )
+
+    async def search(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        role: str | None = None,
+        model: str | None = None,
+        since: datetime | None = None,
+        limit: int = 20,
+    ) -> list[SearchHit]:
+        return await self._run(
+            lambda repo: repo.search(query, user_id=user_id, role=role, model=model, since=since, limit=limit)
+        )
+
+    async def chat_ids(
+        self, *, user_id: str | None = None, after: str | None = None, limit: int = 100
+    ) -> list[str]:
+        return await self._run(lambda repo: repo.chat_ids(user_id=user_id, after=after, limit=limit))
+
+    async def export(
+        self, *, user_id: str | None = None, batch_size: int = 100
+    ) -> AsyncIterator[ChatDocument]:
+        after: str | None = None
+        while batch := await self.chat_ids(user_id=user_id, after=after, limit=batch_size):
+            for document in await self.get_many(batch):
+                yield document
+            after = batch[-1]
+
+
+class AsyncChatArchive:
+    """:class:`ChatArchive` for asyncio applications: the same calls, awaited,
+    each in its own transaction; :meth:`transaction` for several in one.
+
+    Args:
+        url: as for :class:`ChatArchive` (SQLite URLs use aiosqlite).
+        engine: an ``AsyncEngine`` to use instead.
+        limits: the largest input accepted.
+        statement_timeout: seconds after which PostgreSQL cancels a statement.
+        **engine_options: passed to ``create_async_engine``.
+    """
+
+    def __init__(
+        self,
+        url: str | URL | None = None,
+        *,
+        engine: AsyncEngine | None = None,
+        limits: Limits | None = None,
+        statement_timeout: float | None = None,
+        **engine_options: Any,
+    ) -> None:
+        self._owns_engine = engine is None
+        if engine is None:
+            engine = create_async_engine(url, statement_timeout=statement_timeout, **engine_options)
+        self._engine = engine
+        self._limits = limits
+        self._user_id: str | None = None
+        self._schema_ready = False
+
+    @property
+    def engine(self) -> AsyncEngine:
+        return self._engine
+
+    def for_user(self, user_id: str) -> AsyncChatArchive:
+        """The same archive seen by one user; see :meth:`ChatArchive.for_user`."""
+        scoped = AsyncChatArchive(engine=self._engine, limits=self._limits)
+        scoped._user_id = user_id
+        scoped._schema_ready = self._schema_ready
+        return scoped
+
+    async def close(self) -> None:
+        if self._owns_engine:
+            await self._engine.dispose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncChatRepository]:
+        """A repository whose calls share one transaction."""
+        async with self._session(savepoints=True) as repository:
+            yield repository
+
+    @asynccontextmanager
+    async def _session(self, *, savepoints: bool) -> AsyncIterator[AsyncChatRepository]:
+        await self._require_schema()
+        with database_errors():
+            async with AsyncSession(self._engine) as session, session.begin():
+                yield AsyncChatRepository(
+                    session, savepoints=savepoints, limits=self._limits, user_id=self._user_id
+                )
+
+    async def _call(self, call: Callable[[ChatRepository], _T]) -> _T:
+        async with self._session(savepoints=False) as repository:
+            return await repository._run(call)
+
+    async def _require_schema(self) -> None:
+        if self._schema_ready:
+            return
+
+        def revision(connection: Connection) -> str | None:
+            if not inspect(connection).has_table(VERSION_TABLE):
+                return None
+            return connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+
+        with database_errors():
+            async with self._engine.connect() as connection:
+                current = await connection.run_sync(revision)
+        if current != SCHEMA_REVISION:
+            raise SchemaNotReady(
+                f"database is at revision {current or 'none'}, chatarchive needs {SCHEMA_REVISION}: "
+                "run 'chatarchive db upgrade'"
+            )
+        self._schema_ready = True
+
+    async def save(
+        self, doc: ChatDocument | Mapping[str, Any], *, expected_version: int | None = None
+    ) -> int:
+        return await self._call(lambda repo: repo.save(doc, expected_version=expected_version))
+
+    async def save_many(
+        self,
+        docs: Iterable[ChatDocument | Mapping[str, Any]],
+        *,
+        batch_size: int = 250,
+        bulk: bool = False,
+        on_error: OnError | None = None,
+    ) -> int:
+        """Each batch in its own transaction (``bulk``: all in one); see :meth:`ChatArchive.save_many`."""
+        if bulk:
+            return await self._call(
+                lambda repo: repo.save_many(docs, batch_size=batch_size, bulk=True, on_error=on_error)
+            )
+        if batch_size < 1:
+            raise InvalidDocument("batch_size must be at least 1", field="batch_size")
+        saved = 0
+        batches = prepared_batches(docs, batch_size, stop_at_error=on_error is None, limits=self._limits)
+        try:
+            # Waiting for the preparation thread happens off the event loop.
+            while (batch := await asyncio.to_thread(next, batches, None)) is not None:
+                saved += await self._call(
+                    partial(ChatRepository._save_prepared, batch=batch, on_error=on_error)
+                )
+        finally:
+            await asyncio.to_thread(batches.close)
+        return saved
+
+    async def get(self, chat_id: str) -> ChatDocument:
+        return await self._call(lambda repo: repo.get(chat_id))
+
+    async def get_many(self, chat_ids: Iterable[str]) -> list[ChatDocument]:
+        return await self._call(lambda repo: repo.get_many(chat_ids))
+
+    async def append(
+        self,
+        chat_id: str,
+        messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        expected_version: int | None = None,
+    ) -> list[Message]:
+        return await self._call(
+            lambda repo: repo.append(chat_id, messages, expected_version=expected_version)
+        )
+
+    async def record_completion(self, chat_id: str, completion: Any, *, choice: int = 0) -> Message:
+        return await self._call(lambda repo: repo.record_completion(chat_id, completion, choice=choice))
+
+    async def begin_message(
+        self, chat_id: str, role: str = "assistant", uid: str | None = None, **fields: Any
+    ) -> Message:
+        return await self._call(lambda repo: repo.begin_message(chat_id, role, uid, **fields))
+
+    async def append_chunk(
+        self, chat_id: str, message_uid: str, chunk: str, *, tool_call_index: int | None = None
+    ) -> None:
+        await self._call(
+            partial(
+                ChatRepository.append_chunk,
+                chat_id=chat_id,
+                message_uid=message_uid,
+                chunk=chunk,
+                tool_call_index=tool_call_index,
+            )
+        )
+
+    async def complete_message(self, chat_id: str, message_uid: str, **fields: Any) -> Message:
+        return await self._call(lambda repo: repo.complete_message(chat_id, message_uid, **fields))
+
+    async def add_feedback(self, chat_id: str, feedback: Feedback | Mapping[str, Any]) -> Feedback:
+        return await self._call(lambda repo: repo.add_feedback(chat_id, feedback))
+
+    async def update(
+        self, chat_id: str, *, expected_version: int | None = None, **changes: Unpack[ChatChanges]
+    ) -> int:
+        return await self._call(
+            lambda repo: repo.update(chat_id, expected_version=expected_version, **changes)
+        )
+
+    async def list_chats(
+        self,
+        *,
+        user_id: str | None = None,
+        model: str | None = None,
+        tag: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> ChatPage:
+        return await self._call(
+            lambda repo: repo.list_chats(
+                user_id=user_id, model=model, tag=tag, since=since, until=until, limit=limit, cursor=cursor
+            )
+        )
+
+    async def search(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        role: str | None = None,
+        model: str | None = None,
+        since: datetime | None = None,
+        limit: int = 20,
+    ) -> list[SearchHit]:
+        return await self._call(
+            lambda repo: repo.search(query, user_id=user_id, role=role, model=model, since=since, limit=limit)
+        )
+
+    async def delete(self, chat_id: str) -> None:
+        await self._call(lambda repo: repo.delete(chat_id))
+
+    async def delete_user(self, user_id: str) -> int:
+        return await self._call(lambda repo: repo.delete_user(user_id))
+
+    async def export(
+        self, *, user_id: str | None = None, batch_size: int = 100
+    ) -> AsyncIterator[ChatDocument]:
+        """Every chat in ``chat_id`` order, a batch per transaction."""
+        after: str | None = None
+        while batch := await self._call(
+            partial(ChatRepository.chat_ids, user_id=user_id, after=after, limit=batch_size)
+        ):
+            for document in await self._call(partial(ChatRepository.get_many, chat_ids=batch)):
+                yield document
+            after = batch[-1]

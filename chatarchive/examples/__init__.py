@@ -1,0 +1,1 @@
+"""Runnable examples (they need the ``dev`` extra: FastAPI and uvicorn)."""

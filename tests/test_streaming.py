@@ -1,0 +1,301 @@
+"""Streaming messages and the asyncio API, on both databases."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import URL, func, select
+from sqlalchemy.orm import Session
+
+from chatarchive import (
+    AsyncChatArchive,
+    ChatArchive,
+    ChatNotFound,
+    ChatRepository,
+    ConflictError,
+    InvalidDocument,
+)
+from chatarchive._schema import metadata
+
+chunks_table = metadata.tables["message_chunks"]
+
+
+def chunk_count(session: Session) -> int:
+    return session.execute(select(func.count()).select_from(chunks_table)).scalar_one()
+
+
+def test_a_streamed_message_shows_its_text_so_far_then_completes(
+    repo: ChatRepository, session: Session
+) -> None:
+    repo.save({"chat_id": "s", "messages": [{"role": "user", "content": "Count to three."}]})
+    begun = repo.begin_message("s", uid="answer", model="fake")
+    assert (begun.completed, begun.content) == (False, "")
+    for piece in ("one, ", "two, ", "three"):
+        repo.append_chunk("s", "answer", piece)
+    partial = repo.get("s").messages[1]
+    assert (partial.content, partial.completed) == ("one, two, three", False)
+    assert chunk_count(session) == 3
+    done = repo.complete_message(
+        "s",
+        "answer",
+        finish_reason="stop",
+        usage={"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+    )
+    assert (done.content, done.completed, done.finish_reason, done.model) == (
+        "one, two, three",
+        True,
+        "stop",
+        "fake",
+    )
+    assert chunk_count(session) == 0
+    stored = repo.get("s").messages[1]
+    assert stored.model_dump() == done.model_dump()
+    assert stored.usage is not None
+    assert stored.usage.total_tokens == 8
+
+
+def test_tool_call_argument_fragments(repo: ChatRepository) -> None:
+    repo.save({"chat_id": "t", "messages": [{"role": "user", "content": "search"}]})
+    repo.begin_message(
+        "t",
+        uid="call",
+        content=None,
+        tool_calls=[{"id": "c1", "type": "function", "function": {"name": "search", "arguments": ""}}],
+    )
+    for fragment in ('{"q": ', '"pcr', '"}'):
+        repo.append_chunk("t", "call", fragment, tool_call_index=0)
+    repo.append_chunk("t", "call", "{}", tool_call_index=1)
+    partial = repo.get("t").messages[1]
+    assert partial.tool_calls is not None
+    assert partial.tool_calls[0].function is not None
+    assert partial.tool_calls[0].function.arguments == '{"q": "pcr"}'
+    done = repo.complete_message("t", "call", finish_reason="tool_calls")
+    assert done.content is None
+    assert [
+        (call.id, call.function.arguments if call.function else None) for call in done.tool_calls or []
+    ] == [
+        ("c1", '{"q": "pcr"}'),
+        (None, "{}"),
+    ]
+
+
+def test_chunks_are_refused_where_they_do_not_belong(repo: ChatRepository) -> None:
+    repo.save(
+        {"chat_id": "r", "user_id": "alice", "messages": [{"role": "user", "content": "hi", "uid": "done"}]}
+    )
+    with pytest.raises(InvalidDocument, match="already complete"):
+        repo.append_chunk("r", "done", "more")
+    with pytest.raises(InvalidDocument, match="no message"):
+        repo.append_chunk("r", "ghost", "more")
+    with pytest.raises(ChatNotFound):
+        repo.append_chunk("nope", "done", "more")
+    begun = repo.begin_message("r")
+    with pytest.raises(InvalidDocument, match="Unicode"):
+        repo.append_chunk("r", begun.uid, "\ud800")
+    with pytest.raises(InvalidDocument, match="tool_call_index"):
+        repo.append_chunk("r", begun.uid, "x", tool_call_index=-1)
+    with pytest.raises(InvalidDocument, match="already complete"):
+        repo.complete_message("r", "done")
+    scoped = ChatRepository(repo._session, user_id="bob")
+    with pytest.raises(ChatNotFound):
+        scoped.append_chunk("r", begun.uid, "sneaky")
+
+
+def test_append_chunk_is_one_statement_whatever_came_before(repo: ChatRepository, session: Session) -> None:
+    from sqlalchemy import event
+
+    repo.save({"chat_id": "long", "messages": [{"role": "user", "content": "go"}]})
+    answer = repo.begin_message("long")
+    for number in range(300):
+        repo.append_chunk("long", answer.uid, f"{number} ")
+    statements: list[str] = []
+
+    def count(*args: Any) -> None:
+        statements.append(args[2])
+
+    engine = session.get_bind()
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        repo.append_chunk("long", answer.uid, "last")
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+    inserts = [statement for statement in statements if "message_chunks" in statement]
+    assert len(inserts) == 1
+    assert inserts[0].lstrip().upper().startswith("INSERT")
+    assert repo.get("long").messages[1].content == "".join(f"{n} " for n in range(300)) + "last"
+
+
+# -- the asyncio API --------------------------------------------------------------------
+
+
+@pytest.fixture
+def async_url(migrated_url: URL) -> str:
+    return migrated_url.render_as_string(hide_password=False)
+
+
+def test_the_async_api_mirrors_the_sync_one(async_url: str, archive: ChatArchive) -> None:
+    async def scenario() -> None:
+        async with AsyncChatArchive(async_url) as aarchive:
+            assert (
+                await aarchive.save(
+                    {"chat_id": "a", "user_id": "u", "messages": [{"role": "user", "content": "hi"}]}
+                )
+                == 1
+            )
+            await aarchive.append("a", [{"role": "assistant", "content": "hello there"}])
+            await aarchive.add_feedback("a", {"score": 1})
+            assert await aarchive.update("a", title="greeting") == 4
+            doc = await aarchive.get("a")
+            assert (doc.title, [m.content for m in doc.messages], doc.version) == (
+                "greeting",
+                ["hi", "hello there"],
+                4,
+            )
+            assert [c.chat_id for c in (await aarchive.list_chats(user_id="u")).items] == ["a"]
+            assert [h.chat_id for h in await aarchive.search("hello")] == ["a"]
+            assert (
+                await aarchive.save_many(
+                    [{"chat_id": f"m{n}", "messages": []} for n in range(7)], batch_size=3
+                )
+                == 7
+            )
+            assert [d.chat_id async for d in aarchive.export(batch_size=3)] == [
+                "a",
+                *(f"m{n}" for n in range(7)),
+            ]
+            with pytest.raises(ConflictError):
+                await aarchive.save({"chat_id": "a"}, expected_version=1)
+            with pytest.raises(ChatNotFound):
+                await aarchive.for_user("someone else").get("a")
+            async with aarchive.transaction() as repo:
+                await repo.save({"chat_id": "tx"})
+                await repo.append("tx", [{"role": "user", "content": "in one transaction"}])
+            answer = await aarchive.begin_message("tx")
+            await aarchive.append_chunk("tx", answer.uid, "streamed ")
+            await aarchive.append_chunk("tx", answer.uid, "text")
+            assert (await aarchive.get("tx")).messages[1].content == "streamed text"
+            done = await aarchive.complete_message("tx", answer.uid, finish_reason="stop")
+            assert (done.content, done.completed) == ("streamed text", True)
+            assert await aarchive.delete_user("u") == 1
+
+    asyncio.run(scenario())
+    assert archive.get("tx").messages[1].content == "streamed text"  # the sync API sees the same rows
+
+
+def test_a_hundred_concurrent_streams_in_one_event_loop(pg_archive: tuple[ChatArchive, str]) -> None:
+    archive, url = pg_archive
+    streams, chunks = 100, 20
+
+    async def stream(aarchive: AsyncChatArchive, number: int) -> None:
+        chat_id = f"stream-{number}"
+        await aarchive.save({"chat_id": chat_id, "messages": [{"role": "user", "content": "go"}]})
+        answer = await aarchive.begin_message(chat_id)
+        for piece in range(chunks):
+            await aarchive.append_chunk(chat_id, answer.uid, f"{piece},")
+        await aarchive.complete_message(chat_id, answer.uid, finish_reason="stop")
+
+    async def run_all() -> float:
+        async with AsyncChatArchive(url, pool_size=20) as aarchive:
+            start = time.perf_counter()
+            await asyncio.gather(*(stream(aarchive, number) for number in range(streams)))
+            return time.perf_counter() - start
+
+    elapsed = asyncio.run(run_all())
+    expected = "".join(f"{piece}," for piece in range(chunks))
+    documents = archive.get_many([f"stream-{number}" for number in range(streams)])
+    assert len(documents) == streams
+    assert all(doc.messages[1].content == expected and doc.messages[1].completed for doc in documents)
+    print(f"\n{streams * chunks} chunks in {elapsed:.2f} s: {streams * chunks / elapsed:.0f} chunks/s")
+
+
+# -- the FastAPI example: a crash mid-stream keeps what was sent ------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def server(async_url: str, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    port = _free_port()
+    env = {
+        **os.environ,
+        "CHATARCHIVE_DATABASE_URL": async_url,
+        "FAKE_MODEL_DELAY": "0.02",
+        "FAKE_MODEL_WORDS": "500",
+    }
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "chatarchive.examples.streaming:app_from_environment",
+            "--port",
+            str(port),
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            httpx.get(f"{base}/chats/none", timeout=1)
+            break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    try:
+        yield process, base
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+
+
+def test_a_crash_mid_stream_keeps_every_chunk_sent(
+    server: tuple[subprocess.Popen[bytes], str], archive: ChatArchive
+) -> None:
+    process, base = server
+    received = ""
+    with httpx.stream(
+        "POST", f"{base}/chats/crash/messages", json={"text": "tell me a long story"}, timeout=10
+    ) as response:
+        for text in response.iter_text():
+            received += text
+            if received.count(" ") >= 25:
+                os.kill(process.pid, signal.SIGKILL)  # the process dies mid-answer
+                break
+    process.wait(10)
+    answer = archive.get("crash").messages[1]
+    assert answer.completed is False
+    assert isinstance(answer.content, str)
+    assert answer.content.startswith(received)  # every chunk the client got was stored first
+    assert len(answer.content.split()) >= 25
+
+
+def test_the_example_app_completes_a_whole_answer(
+    server: tuple[subprocess.Popen[bytes], str], archive: ChatArchive
+) -> None:
+    _, base = server
+    with httpx.Client(timeout=60) as client:
+        text = client.post(f"{base}/chats/whole/messages", json={"text": "short"}).text
+        shown = client.get(f"{base}/chats/whole").json()
+    assert len(text.split()) == 500
+    assert shown["messages"][1]["content"] == text
+    assert shown["messages"][1]["completed"] is True
+    assert archive.get("whole").messages[1].finish_reason == "stop"
