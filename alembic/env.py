@@ -32,9 +32,9 @@ def _set_sqlite_foreign_keys(connection: Connection, enabled: bool) -> None:
     # SQLite rebuilds tables to alter them ("batch" mode); foreign keys must be
     # off meanwhile, and the pragma only takes effect outside a transaction.
     if not connection.in_transaction():
-        connection.connection.driver_connection.execute(  # type: ignore[union-attr]
-            f"PRAGMA foreign_keys = {'ON' if enabled else 'OFF'}"
-        )
+        cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        cursor.execute(f"PRAGMA foreign_keys = {'ON' if enabled else 'OFF'}")
+        cursor.close()
 
 
 # Revisions spell out plain SQLAlchemy types, never chatarchive's own classes,

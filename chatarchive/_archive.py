@@ -9,7 +9,7 @@ from functools import partial
 from types import TracebackType
 from typing import Any, Self, TypeVar, Unpack
 
-from sqlalchemy import URL, Engine, inspect, text
+from sqlalchemy import URL, Connection, Engine, inspect, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -27,6 +27,21 @@ _T = TypeVar("_T")
 
 
 _TABLES = ("chats", "chat_tags", "messages", "content_parts", "tool_calls", "feedback", "message_chunks")
+
+
+def row_level_security_of(connection: Connection) -> bool:
+    query = text(
+        "SELECT bool_and(relrowsecurity AND relforcerowsecurity) FROM pg_class "
+        "WHERE relname = ANY(:tables) AND relnamespace = to_regnamespace(current_schema())"
+    )
+    return bool(connection.execute(query, {"tables": list(_TABLES)}).scalar())
+
+
+def set_row_level_security_on(connection: Connection, enabled: bool) -> None:
+    action, force = ("ENABLE", "FORCE") if enabled else ("DISABLE", "NO FORCE")
+    for table in _TABLES:
+        connection.execute(text(f"ALTER TABLE {table} {action} ROW LEVEL SECURITY"))
+        connection.execute(text(f"ALTER TABLE {table} {force} ROW LEVEL SECURITY"))
 
 
 def _connection_lost(error: DatabaseError) -> bool:
@@ -332,11 +347,7 @@ class ChatArchive:
         if not self._postgres:
             return False
         with database_errors(), self._engine.connect() as connection:
-            query = text(
-                "SELECT bool_and(relrowsecurity AND relforcerowsecurity) FROM pg_class "
-                "WHERE relname = ANY(:tables) AND relnamespace = to_regnamespace(current_schema())"
-            )
-            return bool(connection.execute(query, {"tables": list(_TABLES)}).scalar())
+            return row_level_security_of(connection)
 
     def set_row_level_security(self, enabled: bool) -> None:
         """Turn PostgreSQL row-level security on or off for the archive's tables.
@@ -351,12 +362,8 @@ class ChatArchive:
         if not self._postgres:
             raise SchemaNotReady("row-level security needs PostgreSQL")
         self._require_schema()
-        action = "ENABLE" if enabled else "DISABLE"
-        force = "FORCE" if enabled else "NO FORCE"
         with database_errors(), self._engine.begin() as connection:
-            for table in _TABLES:
-                connection.execute(text(f"ALTER TABLE {table} {action} ROW LEVEL SECURITY"))
-                connection.execute(text(f"ALTER TABLE {table} {force} ROW LEVEL SECURITY"))
+            set_row_level_security_on(connection, enabled)
 
     def check(self) -> list[str]:
         """Problems that keep the database from matching this version (empty: none)."""

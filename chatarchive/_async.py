@@ -21,10 +21,12 @@ from sqlalchemy import URL, Connection, inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
+from ._archive import row_level_security_of, set_row_level_security_on
 from ._document import ChatDocument, ChatPage, Feedback, Limits, Message
 from ._engine import create_async_engine
 from ._exceptions import InvalidDocument, SchemaNotReady, database_errors
 from ._ingest import prepared_batches
+from ._migrations import migrate, problems_of, revision_of
 from ._repository import ChatChanges, ChatRepository, OnError
 from ._schema import SCHEMA_REVISION, VERSION_TABLE
 from ._search import SearchHit
@@ -387,6 +389,42 @@ class AsyncChatArchive:
 
     async def delete_user(self, user_id: str) -> int:
         return await self._call(lambda repo: repo.delete_user(user_id))
+
+    # -- schema ----------------------------------------------------------------
+
+    async def upgrade(self, revision: str = "head") -> None:
+        """Migrate the database to ``revision`` (default: the newest)."""
+        await self._on_connection(partial(migrate, revision=revision, up=True))
+        self._schema_ready = False
+
+    async def downgrade(self, revision: str) -> None:
+        """Migrate the database down to ``revision``."""
+        await self._on_connection(partial(migrate, revision=revision, up=False))
+        self._schema_ready = False
+
+    async def current_revision(self) -> str | None:
+        return await self._on_connection(revision_of)
+
+    async def check(self) -> list[str]:
+        return await self._on_connection(problems_of)
+
+    async def row_level_security(self) -> bool:
+        if self._engine.dialect.name != "postgresql":
+            return False
+        return await self._on_connection(row_level_security_of)
+
+    async def set_row_level_security(self, enabled: bool) -> None:
+        if self._engine.dialect.name != "postgresql":
+            raise SchemaNotReady("row-level security needs PostgreSQL")
+        await self._on_connection(partial(set_row_level_security_on, enabled=enabled), transaction=True)
+
+    async def _on_connection(self, call: Callable[[Connection], _T], *, transaction: bool = False) -> _T:
+        with database_errors():
+            async with self._engine.connect() as connection:
+                result = await connection.run_sync(call)
+                if transaction:
+                    await connection.commit()
+                return result
 
     async def export(
         self, *, user_id: str | None = None, batch_size: int = 100

@@ -12,7 +12,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from alembic import command
 
@@ -20,12 +20,14 @@ from ._exceptions import ChatArchiveError, database_errors
 from ._schema import VERSION_TABLE, described_by_models, metadata
 
 __all__ = [
-    "VERSION_TABLE",
     "alembic_config",
     "check",
     "current_revision",
     "downgrade",
     "head_revision",
+    "migrate",
+    "problems_of",
+    "revision_of",
     "script_location",
     "upgrade",
 ]
@@ -45,53 +47,65 @@ def alembic_config() -> Config:
     return config
 
 
-def _run(engine: Engine, revision: str, upgrade_to: bool) -> None:
+def migrate(connection: Connection, revision: str, *, up: bool) -> None:
+    """Run the migrations on ``connection`` (not in a transaction yet) to ``revision``."""
     config = alembic_config()
-    with database_errors(), engine.connect() as connection:
-        config.attributes["connection"] = connection
-        if upgrade_to:
-            command.upgrade(config, revision)
-        else:
-            command.downgrade(config, revision)
+    config.attributes["connection"] = connection
+    if up:
+        command.upgrade(config, revision)
+    else:
+        command.downgrade(config, revision)
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Migrate the database up to ``revision`` (default: the newest)."""
-    _run(engine, revision, upgrade_to=True)
+    with database_errors(), engine.connect() as connection:
+        migrate(connection, revision, up=True)
 
 
 def downgrade(engine: Engine, revision: str) -> None:
     """Migrate the database down to ``revision`` (``base``: remove everything)."""
-    _run(engine, revision, upgrade_to=False)
+    with database_errors(), engine.connect() as connection:
+        migrate(connection, revision, up=False)
 
 
 def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
+def revision_of(connection: Connection) -> str | None:
+    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+    return context.get_current_revision()
+
+
 def current_revision(engine: Engine) -> str | None:
     """The revision the database is at (``None``: not migrated)."""
     with database_errors(), engine.connect() as connection:
-        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
-        return context.get_current_revision()
+        return revision_of(connection)
+
+
+def problems_of(connection: Connection) -> list[str]:
+    """What keeps the database from matching this version of chatarchive:
+    an empty list when it is at the newest revision and its tables match."""
+    current, head = revision_of(connection), head_revision()
+    if current != head:
+        return [f"database is at revision {current or 'none'}, chatarchive needs {head}"]
+    context = MigrationContext.configure(
+        connection,
+        opts={
+            "version_table": VERSION_TABLE,
+            "compare_type": True,
+            "include_object": lambda obj, name, kind, reflected, other: described_by_models(
+                name, kind, reflected
+            ),
+        },
+    )
+    return [
+        f"schema differs from chatarchive's models: {diff}" for diff in compare_metadata(context, metadata)
+    ]
 
 
 def check(engine: Engine) -> list[str]:
-    """What keeps the database from matching this version of chatarchive:
-    an empty list when it is at the newest revision and its tables match."""
-    current, head = current_revision(engine), head_revision()
-    if current != head:
-        return [f"database is at revision {current or 'none'}, chatarchive needs {head}"]
+    """See :func:`problems_of`."""
     with database_errors(), engine.connect() as connection:
-        context = MigrationContext.configure(
-            connection,
-            opts={
-                "version_table": VERSION_TABLE,
-                "compare_type": True,
-                "include_object": lambda obj, name, kind, reflected, other: described_by_models(
-                    name, kind, reflected
-                ),
-            },
-        )
-        differences = compare_metadata(context, metadata)
-    return [f"schema differs from chatarchive's models: {diff}" for diff in differences]
+        return problems_of(connection)

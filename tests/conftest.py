@@ -8,20 +8,32 @@ where that is an error.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, cast
 
 import psycopg
 import pytest
 from sqlalchemy import URL, Engine, delete, make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, AsyncTransaction
 from sqlalchemy.orm import Session
 
-from chatarchive import ChatArchive, ChatRepository, create_engine, database_url
+from chatarchive import (
+    AsyncChatRepository,
+    ChatArchive,
+    ChatRepository,
+    create_async_engine,
+    create_engine,
+    database_url,
+)
 from chatarchive._migrations import upgrade
 from chatarchive._schema import metadata
+
+from .async_shim import RepositoryShim, SessionShim
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DIALECTS = ("sqlite", "postgresql")
@@ -97,9 +109,33 @@ def engine(migrated_url: URL) -> Iterator[Engine]:
     engine.dispose()
 
 
+@pytest.fixture(scope="session")
+def runner() -> Iterator[asyncio.Runner]:
+    """One event loop for all the asyncio work of the session."""
+    with asyncio.Runner() as runner:
+        yield runner
+
+
+@pytest.fixture(scope="session")
+def async_engine(migrated_url: URL, runner: asyncio.Runner) -> Iterator[AsyncEngine]:
+    engine = create_async_engine(migrated_url)
+    yield engine
+    runner.run(engine.dispose())
+
+
+@pytest.fixture(params=["sync", "async"])
+def api(request: pytest.FixtureRequest) -> str:
+    """Which API the repository tests drive: every one runs on both."""
+    return str(request.param)
+
+
 @pytest.fixture
-def session(engine: Engine) -> Iterator[Session]:
-    """A session inside a transaction that is rolled back after the test."""
+def session(engine: Engine, api: str, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A session inside a transaction that is rolled back after the test (for
+    the async API, an AsyncSession behind a synchronous shim)."""
+    if api == "async":
+        yield from _async_session(request.getfixturevalue("async_engine"), request.getfixturevalue("runner"))
+        return
     with engine.connect() as connection:
         transaction = connection.begin()
         session = Session(bind=connection, join_transaction_mode="create_savepoint")
@@ -110,9 +146,39 @@ def session(engine: Engine) -> Iterator[Session]:
             transaction.rollback()
 
 
+def _async_session(engine: AsyncEngine, runner: asyncio.Runner) -> Iterator[SessionShim]:
+    async def connect() -> AsyncConnection:
+        return await engine.connect()
+
+    async def begin(connection: AsyncConnection) -> AsyncTransaction:
+        return await connection.begin()
+
+    connection = runner.run(connect())
+    transaction = runner.run(begin(connection))
+    session = AsyncSession(bind=connection, join_transaction_mode="create_savepoint")
+    try:
+        yield SessionShim(session, runner)
+    finally:
+        runner.run(session.close())
+        runner.run(transaction.rollback())
+        runner.run(connection.close())
+
+
 @pytest.fixture
-def repo(session: Session) -> ChatRepository:
-    return ChatRepository(session)
+def make_repo(session: Any) -> Callable[..., Any]:
+    """A repository on the test's session, with options (user_id=...), for either API."""
+
+    def make(**options: Any) -> Any:
+        if isinstance(session, SessionShim):
+            return RepositoryShim(AsyncChatRepository(session.async_session, **options), session)
+        return ChatRepository(session, **options)
+
+    return make
+
+
+@pytest.fixture
+def repo(make_repo: Callable[..., Any]) -> ChatRepository:
+    return cast(ChatRepository, make_repo())
 
 
 @pytest.fixture

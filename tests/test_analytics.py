@@ -14,8 +14,14 @@ from sqlalchemy.orm import Session
 from chatarchive import ChatArchive, ChatRepository, analytics
 
 from .analytics_fixture import CHATS
+from .async_shim import in_sync_session
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def stats(session: Any, query: Any, **filters: Any) -> Any:
+    """An analytics function on the test's session (whichever API it is for)."""
+    return in_sync_session(session, lambda sync: query(sync, **filters))
 
 
 @pytest.fixture
@@ -130,7 +136,7 @@ def test_feedback_summary_view(loaded: ChatRepository, session: Session) -> None
 
 
 def test_daily_usage_function(loaded: ChatRepository, session: Session) -> None:
-    result = analytics.daily_usage(session)
+    result = stats(session, analytics.daily_usage)
     assert [
         (
             r.day.isoformat(),
@@ -144,34 +150,38 @@ def test_daily_usage_function(loaded: ChatRepository, session: Session) -> None:
         )
         for r in result
     ] == DAILY
-    only_u2 = analytics.daily_usage(session, user_id="u2", since=datetime(2026, 3, 11, tzinfo=UTC))
+    only_u2 = stats(session, analytics.daily_usage, user_id="u2", since=datetime(2026, 3, 11, tzinfo=UTC))
     assert [(r.day, r.messages) for r in only_u2] == [(date(2026, 3, 11), 2)]
-    assert [r.day for r in analytics.daily_usage(session, workflow="qa")] == [
+    assert [r.day for r in stats(session, analytics.daily_usage, workflow="qa")] == [
         date(2026, 3, 2),
         date(2026, 3, 3),
     ]
 
 
 def test_model_and_workflow_usage(loaded: ChatRepository, session: Session) -> None:
-    models = {r.model: r for r in analytics.model_usage(session)}
+    models = {r.model: r for r in stats(session, analytics.model_usage)}
     assert (models["m1"].chats, models["m1"].messages, models["m1"].tool_calls) == (3, 16, 5)
     assert (models["m1"].feedback_count, round(models["m1"].mean_score or 0, 3)) == (3, 0.667)
     assert (models["m2"].prompt_tokens, models["m2"].mean_score) == (50, -1.0)
-    workflows = {r.workflow: r for r in analytics.workflow_usage(session)}
+    workflows = {r.workflow: r for r in stats(session, analytics.workflow_usage)}
     assert set(workflows) == {"qa", "cleanup", None}
     assert (workflows["qa"].chats, workflows["qa"].prompt_tokens, workflows["qa"].mean_score) == (2, 450, 0.0)
     assert workflows["cleanup"].mean_score is None
-    assert [r.model for r in analytics.model_usage(session, until=datetime(2026, 3, 3, tzinfo=UTC))] == ["m1"]
+    assert [
+        r.model for r in stats(session, analytics.model_usage, until=datetime(2026, 3, 3, tzinfo=UTC))
+    ] == ["m1"]
 
 
 def test_tool_usage_and_users(loaded: ChatRepository, session: Session) -> None:
     tools = [
         (r.tool_name, r.calls, r.answered, r.unanswered, r.unanswered_share)
-        for r in analytics.tool_usage(session)
+        for r in stats(session, analytics.tool_usage)
     ]
     assert tools == [("search", 3, 3, 0, 0.0), ("calc", 1, 0, 1, 1.0), ("lookup", 1, 1, 0, 0.0)]
-    assert [r.tool_name for r in analytics.tool_usage(session, model="m1", workflow="cleanup")] == ["lookup"]
-    users = {r.user_id: r for r in analytics.user_activity(session)}
+    assert [r.tool_name for r in stats(session, analytics.tool_usage, model="m1", workflow="cleanup")] == [
+        "lookup"
+    ]
+    users = {r.user_id: r for r in stats(session, analytics.user_activity)}
     assert (users["u1"].chats, users["u1"].messages, users["u1"].user_turns) == (2, 9, 3)
     assert users["u2"].first_chat_at == datetime(2026, 3, 10, 12, tzinfo=UTC)
     assert users["u2"].last_chat_at == datetime(2026, 3, 10, 23, 30, tzinfo=UTC)
@@ -179,10 +189,11 @@ def test_tool_usage_and_users(loaded: ChatRepository, session: Session) -> None:
 
 def test_feedback_summary_function(loaded: ChatRepository, session: Session) -> None:
     summary = [
-        (r.model, r.workflow, r.feedback_count, r.mean_score) for r in analytics.feedback_summary(session)
+        (r.model, r.workflow, r.feedback_count, r.mean_score)
+        for r in stats(session, analytics.feedback_summary)
     ]
     assert summary == [("m1", None, 2, 0.5), ("m1", "qa", 1, 1.0), ("m2", "qa", 1, -1.0)]
-    late = analytics.feedback_summary(session, since=datetime(2026, 3, 11, tzinfo=UTC))
+    late = stats(session, analytics.feedback_summary, since=datetime(2026, 3, 11, tzinfo=UTC))
     assert [(r.model, r.feedback_count) for r in late] == [("m1", 2)]
 
 

@@ -15,6 +15,7 @@ from chatarchive._rows import ChatRows, document_to_rows
 from chatarchive._schema import metadata
 from chatarchive._workload import generate_chats
 
+from .async_shim import in_sync_session
 from .test_repository import counts, snapshot
 
 
@@ -45,7 +46,8 @@ def test_the_bulk_load_restores_every_constraint(
 ) -> None:
     before = _constraints(engine)
     repo.save_many(generate_chats(5, 6), bulk=True)
-    assert _constraints(session.connection()) == before  # inside the load's transaction
+    during = in_sync_session(session, lambda sync: _constraints(sync.connection()))
+    assert during == before  # inside the load's transaction
 
 
 def _constraints(bind: Engine | Connection) -> dict[str, tuple[list[str], list[str]]]:

@@ -68,8 +68,8 @@ def tool_chat(chat_id: str = "c1", **fields: Any) -> ChatDocument:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=canonical_documents())
-def test_canonical_documents_round_trip(session: Session, data: dict[str, Any]) -> None:
-    repo = ChatRepository(session)
+def test_canonical_documents_round_trip(session: Session, make_repo: Any, data: dict[str, Any]) -> None:
+    repo = make_repo()
     doc = ChatDocument.parse(data)
     savepoint = session.begin_nested()
     try:
@@ -83,8 +83,10 @@ def test_canonical_documents_round_trip(session: Session, data: dict[str, Any]) 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(messages=message_lists)
-def test_openai_message_lists_round_trip(session: Session, messages: list[dict[str, Any]]) -> None:
-    repo = ChatRepository(session)
+def test_openai_message_lists_round_trip(
+    session: Session, make_repo: Any, messages: list[dict[str, Any]]
+) -> None:
+    repo = make_repo()
     expected = json.loads(json.dumps(messages))
     savepoint = session.begin_nested()
     try:

@@ -90,7 +90,7 @@ def test_tool_call_argument_fragments(repo: ChatRepository) -> None:
     ]
 
 
-def test_chunks_are_refused_where_they_do_not_belong(repo: ChatRepository) -> None:
+def test_chunks_are_refused_where_they_do_not_belong(repo: ChatRepository, make_repo: Any) -> None:
     repo.save(
         {"chat_id": "r", "user_id": "alice", "messages": [{"role": "user", "content": "hi", "uid": "done"}]}
     )
@@ -299,3 +299,21 @@ def test_the_example_app_completes_a_whole_answer(
     assert shown["messages"][1]["content"] == text
     assert shown["messages"][1]["completed"] is True
     assert archive.get("whole").messages[1].finish_reason == "stop"
+
+
+def test_the_async_archive_migrates_and_toggles_security(empty_database: URL, dialect: str) -> None:
+    async def scenario() -> None:
+        async with AsyncChatArchive(empty_database) as aarchive:
+            assert await aarchive.current_revision() is None
+            await aarchive.upgrade()
+            assert await aarchive.check() == []
+            assert await aarchive.row_level_security() is False
+            if dialect == "postgresql":
+                await aarchive.set_row_level_security(True)
+                assert await aarchive.row_level_security() is True
+                await aarchive.set_row_level_security(False)
+            await aarchive.save({"chat_id": "migrated"})
+            await aarchive.downgrade("base")
+            assert await aarchive.current_revision() is None
+
+    asyncio.run(scenario())
