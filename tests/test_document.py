@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 
 from chatarchive import ChatDocument, InvalidDocument, Message
 from chatarchive._rows import document_from_rows, document_to_rows
@@ -87,13 +87,13 @@ def test_content_forms_stay_distinct() -> None:
     assert roundtrip_openai(forms) == forms
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(message_lists)
 def test_any_openai_message_list_round_trips(messages: list[dict[str, Any]]) -> None:
     assert as_json(roundtrip_openai(messages)) == as_json(messages)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(canonical_documents())
 def test_canonical_documents_survive_the_rows(data: dict[str, Any]) -> None:
     doc = ChatDocument.parse(data)

@@ -66,7 +66,11 @@ def tool_chat(chat_id: str = "c1", **fields: Any) -> ChatDocument:
 # -- round trips -----------------------------------------------------------------
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(data=canonical_documents())
 def test_canonical_documents_round_trip(session: Session, make_repo: Any, data: dict[str, Any]) -> None:
     repo = make_repo()
@@ -81,7 +85,11 @@ def test_canonical_documents_round_trip(session: Session, make_repo: Any, data: 
         savepoint.rollback()
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(messages=message_lists)
 def test_openai_message_lists_round_trip(
     session: Session, make_repo: Any, messages: list[dict[str, Any]]
