@@ -213,6 +213,10 @@ class AsyncChatArchive:
     def engine(self) -> AsyncEngine:
         return self._engine
 
+    @property
+    def url(self) -> URL:
+        return self._engine.url
+
     def for_user(self, user_id: str) -> AsyncChatArchive:
         """The same archive seen by one user; see :meth:`ChatArchive.for_user`."""
         scoped = AsyncChatArchive(engine=self._engine, limits=self._limits)

@@ -304,6 +304,7 @@ def test_the_example_app_completes_a_whole_answer(
 def test_the_async_archive_migrates_and_toggles_security(empty_database: URL, dialect: str) -> None:
     async def scenario() -> None:
         async with AsyncChatArchive(empty_database) as aarchive:
+            assert aarchive.url.database == empty_database.database
             assert await aarchive.current_revision() is None
             await aarchive.upgrade()
             assert await aarchive.check() == []
