@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from chatarchive import (
     AsyncChatArchive,
+    AsyncChatRepository,
     ChatArchive,
     ChatNotFound,
     ChatRepository,
@@ -318,3 +319,20 @@ def test_the_async_archive_migrates_and_toggles_security(empty_database: URL, di
             assert await aarchive.current_revision() is None
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("sync_class", "async_class"), [(ChatRepository, AsyncChatRepository), (ChatArchive, AsyncChatArchive)]
+)
+def test_the_async_classes_mirror_the_sync_ones(sync_class: type, async_class: type) -> None:
+    import inspect
+
+    def public(cls: type) -> dict[str, Any]:
+        return {name: member for name, member in vars(cls).items() if not name.startswith("_")}
+
+    mirrored = public(async_class)
+    assert set(public(sync_class)) <= set(mirrored)
+    for name, member in public(sync_class).items():
+        if callable(member):
+            sync_parameters = list(inspect.signature(member).parameters)
+            assert list(inspect.signature(mirrored[name]).parameters) == sync_parameters, name
