@@ -74,6 +74,9 @@ class BenchReport:
                 "append_1000_median_ms", "append_10_median_ms"
             ),
             "storage / JSONB doc per chat": self.ratio("bytes_per_message", "bytes_per_message_jsonb_doc"),
+            "append_chunk at 10,000 / at 10 chunks": self.ratio(
+                "append_chunk_at_10000_ms", "append_chunk_at_10_ms"
+            ),
         }
 
     def as_dict(self) -> dict[str, Any]:
@@ -97,6 +100,7 @@ def run_bench(
     runs: int = 3,
     keep: bool = False,
     analytics: bool = False,
+    streaming: bool = False,
     progress: Progress | None = None,
 ) -> BenchReport:
     """Load and read the synthetic workload; see the module docstring."""
@@ -113,7 +117,7 @@ def run_bench(
         try:
             archive.upgrade()
             bench = _Bench(archive, engine, docs, runs, seed, report_progress)
-            return bench.run(analytics=analytics)
+            return bench.run(analytics=analytics, streaming=streaming)
         finally:
             engine.dispose()
             gc.unfreeze()
@@ -187,13 +191,15 @@ class _Bench:
         self.message_total = sum(len(doc["messages"]) for doc in docs)
         self.figures: dict[str, float | None] = {}
 
-    def run(self, *, analytics: bool = False) -> BenchReport:
+    def run(self, *, analytics: bool = False, streaming: bool = False) -> BenchReport:
         tool_calls = sum(len(m.get("tool_calls") or ()) for doc in self.docs for m in doc["messages"])
         self._ingest()
         self._storage()
         self._reads()
         if analytics:
             self._analytics()
+        if streaming:
+            self._streaming()
         self._memory()
         return BenchReport(
             database=self.engine.url.render_as_string(),
@@ -470,6 +476,44 @@ class _Bench:
         searches = self._timed("search", terms * 5, self.archive.search)
         self.figures["search_median_ms"] = _median(searches)
         self.figures["search_p95_ms"] = _p95(searches)
+
+    # -- streaming -------------------------------------------------------------
+
+    def _streaming(self, streams: int = 100, chunks: int = 20) -> None:
+        """Concurrent streams in one event loop (the asyncio API), and the cost of
+        one chunk early and late in a long message (the synchronous API)."""
+        import asyncio
+
+        from ._async import AsyncChatArchive
+
+        self.progress("streaming", 0, 2)
+
+        async def stream(archive: AsyncChatArchive, number: int) -> None:
+            chat_id = f"bench-stream-{number}"
+            await archive.save({"chat_id": chat_id, "messages": [{"role": "user", "content": "go"}]})
+            answer = await archive.begin_message(chat_id)
+            for piece in range(chunks):
+                await archive.append_chunk(chat_id, answer.uid, f"token{piece} ")
+            await archive.complete_message(chat_id, answer.uid, finish_reason="stop")
+
+        async def all_streams() -> float:
+            async with AsyncChatArchive(self.engine.url, pool_size=20) as archive:
+                start = time.perf_counter()
+                await asyncio.gather(*(stream(archive, number) for number in range(streams)))
+                return time.perf_counter() - start
+
+        self.figures["streaming_chunks_per_s"] = streams * chunks / asyncio.run(all_streams())
+        self.progress("streaming", 1, 2)
+        self.archive.save({"chat_id": "bench-long-stream", "messages": [{"role": "user", "content": "go"}]})
+        answer = self.archive.begin_message("bench-long-stream")
+        timings = []
+        for piece in range(10_050):
+            start = time.perf_counter()
+            self.archive.append_chunk("bench-long-stream", answer.uid, f"token{piece} ")
+            timings.append((time.perf_counter() - start) * 1000)
+        self.figures["append_chunk_at_10_ms"] = _median(timings[5:25])
+        self.figures["append_chunk_at_10000_ms"] = _median(timings[10_000:10_050])
+        self.progress("streaming", 2, 2)
 
     # -- storage and memory ------------------------------------------------------
 

@@ -537,9 +537,19 @@ def _highlighted(snippet: str) -> Text:
     "--keep", is_flag=True, help="Run in the --db database itself (its chatarchive tables are emptied)."
 )
 @click.option("--analytics", is_flag=True, help="Also time the views, the README queries and searches.")
+@click.option(
+    "--streaming", is_flag=True, help="Also time concurrent streams and append_chunk early and late."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def bench(
-    chats: int, messages: int, seed: int, runs: int, keep: bool, analytics: bool, as_json: bool
+    chats: int,
+    messages: int,
+    seed: int,
+    runs: int,
+    keep: bool,
+    analytics: bool,
+    streaming: bool,
+    as_json: bool,
 ) -> None:
     """Measure ingest, reads, storage and memory against the database's own limits.
 
@@ -565,6 +575,7 @@ def bench(
             runs=runs,
             keep=keep,
             analytics=analytics,
+            streaming=streaming,
             progress=report,
         )
     if as_json:

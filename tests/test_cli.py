@@ -209,6 +209,15 @@ def test_bench_reports_every_figure(run: Run, dialect: str) -> None:
     assert run("db", "current").stdout.strip() == "none"  # ran in a throwaway database
 
 
+def test_bench_streaming_figures(run: Run) -> None:
+    args = ("bench", "--chats", "5", "--messages", "4", "--runs", "1", "--streaming", "--json")
+    report = json.loads(run(*args).stdout)
+    figures = report["figures"]
+    for name in ("streaming_chunks_per_s", "append_chunk_at_10_ms", "append_chunk_at_10000_ms"):
+        assert figures[name] > 0
+    assert report["ratios"]["append_chunk at 10,000 / at 10 chunks"] > 0
+
+
 def test_stats_and_search(run: Run, tmp_path: Path) -> None:
     from .analytics_fixture import CHATS
 
