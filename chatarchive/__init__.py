@@ -14,7 +14,14 @@ from ._document import (
     ToolFunction,
     Usage,
 )
-from ._engine import DEFAULT_URL, URL_ENV, create_async_engine, create_engine, database_url
+from ._engine import (
+    DEFAULT_URL,
+    URL_ENV,
+    create_async_engine,
+    create_engine,
+    database_url,
+    for_writing,
+)
 from ._exceptions import (
     ChatArchiveError,
     ChatNotFound,
@@ -54,6 +61,7 @@ __all__ = [
     "create_async_engine",
     "create_engine",
     "database_url",
+    "for_writing",
 ]
 
 __version__ = "0.1.0"

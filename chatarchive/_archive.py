@@ -14,7 +14,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from ._document import ChatDocument, ChatPage, Feedback, Limits, Message
-from ._engine import create_engine
+from ._engine import create_engine, for_reading, for_writing
 from ._exceptions import DatabaseError, InvalidDocument, SchemaNotReady, database_errors
 from ._ingest import prepared_batches
 from ._repository import ChatChanges, ChatRepository, OnError
@@ -81,9 +81,9 @@ class ChatArchive:
         self._limits = limits
         self._user_id: str | None = None
         self._schema_ready = False
-        # Reads that are one statement need no transaction on PostgreSQL.
         self._postgres = self._engine.dialect.name == "postgresql"
-        self._autocommit = self._engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._reader = for_reading(self._engine)
+        self._writer = for_writing(self._engine)
 
     def for_user(self, user_id: str) -> ChatArchive:
         """The same archive seen by one user: every call only sees that user's
@@ -128,7 +128,7 @@ class ChatArchive:
     @contextmanager
     def _session(self, *, savepoints: bool) -> Iterator[ChatRepository]:
         self._require_schema()
-        with database_errors(), Session(self._engine) as session, session.begin():
+        with database_errors(), Session(self._writer) as session, session.begin():
             yield self._repository(session, savepoints=savepoints)
 
     def _repository(self, session: Session, *, savepoints: bool) -> ChatRepository:
@@ -144,13 +144,8 @@ class ChatArchive:
         self._require_schema()
         for attempt in (1, 2):
             try:
-                if not self._postgres:
-                    return self._call(method)
-                with database_errors(), Session(self._autocommit) as session:
-                    repository = ChatRepository(
-                        session, savepoints=False, limits=self._limits, user_id=self._user_id
-                    )
-                    return method(repository)
+                with database_errors(), Session(self._reader) as session, session.begin():
+                    return method(self._repository(session, savepoints=False))
             except DatabaseError as exc:
                 if attempt == 2 or not _connection_lost(exc):
                     raise
@@ -159,7 +154,7 @@ class ChatArchive:
     def _require_schema(self) -> None:
         if self._schema_ready:
             return
-        with database_errors(), self._engine.connect() as connection:
+        with database_errors(), self._reader.connect() as connection:
             current = None
             if inspect(connection).has_table(VERSION_TABLE):
                 current = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()

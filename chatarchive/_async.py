@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from ._archive import row_level_security_of, set_row_level_security_on
 from ._document import ChatDocument, ChatPage, Feedback, Limits, Message
-from ._engine import create_async_engine
+from ._engine import create_async_engine, for_reading, for_writing
 from ._exceptions import InvalidDocument, SchemaNotReady, database_errors
 from ._ingest import prepared_batches
 from ._migrations import migrate, problems_of, revision_of
@@ -205,6 +205,8 @@ class AsyncChatArchive:
         if engine is None:
             engine = create_async_engine(url, statement_timeout=statement_timeout, **engine_options)
         self._engine = engine
+        self._reader = for_reading(engine)
+        self._writer = for_writing(engine)
         self._limits = limits
         self._user_id: str | None = None
         self._schema_ready = False
@@ -243,17 +245,23 @@ class AsyncChatArchive:
             yield repository
 
     @asynccontextmanager
-    async def _session(self, *, savepoints: bool) -> AsyncIterator[AsyncChatRepository]:
+    async def _session(
+        self, *, savepoints: bool, reading: bool = False
+    ) -> AsyncIterator[AsyncChatRepository]:
         await self._require_schema()
         with database_errors():
-            async with AsyncSession(self._engine) as session, session.begin():
+            async with AsyncSession(self._reader if reading else self._writer) as session, session.begin():
                 yield AsyncChatRepository(
                     session, savepoints=savepoints, limits=self._limits, user_id=self._user_id
                 )
 
-    async def _call(self, call: Callable[[ChatRepository], _T]) -> _T:
-        async with self._session(savepoints=False) as repository:
+    async def _call(self, call: Callable[[ChatRepository], _T], *, reading: bool = False) -> _T:
+        async with self._session(savepoints=False, reading=reading) as repository:
             return await repository._run(call)
+
+    async def _read(self, call: Callable[[ChatRepository], _T]) -> _T:
+        """A read; see :meth:`ChatArchive._read`."""
+        return await self._call(call, reading=True)
 
     async def _require_schema(self) -> None:
         if self._schema_ready:
@@ -265,7 +273,7 @@ class AsyncChatArchive:
             return connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
 
         with database_errors():
-            async with self._engine.connect() as connection:
+            async with self._reader.connect() as connection:
                 current = await connection.run_sync(revision)
         if current != SCHEMA_REVISION:
             raise SchemaNotReady(
@@ -307,10 +315,10 @@ class AsyncChatArchive:
         return saved
 
     async def get(self, chat_id: str) -> ChatDocument:
-        return await self._call(lambda repo: repo.get(chat_id))
+        return await self._read(lambda repo: repo.get(chat_id))
 
     async def get_many(self, chat_ids: Iterable[str]) -> list[ChatDocument]:
-        return await self._call(lambda repo: repo.get_many(chat_ids))
+        return await self._read(lambda repo: repo.get_many(chat_ids))
 
     async def append(
         self,
@@ -368,7 +376,7 @@ class AsyncChatArchive:
         limit: int = 50,
         cursor: str | None = None,
     ) -> ChatPage:
-        return await self._call(
+        return await self._read(
             lambda repo: repo.list_chats(
                 user_id=user_id, model=model, tag=tag, since=since, until=until, limit=limit, cursor=cursor
             )
@@ -384,7 +392,7 @@ class AsyncChatArchive:
         since: datetime | None = None,
         limit: int = 20,
     ) -> list[SearchHit]:
-        return await self._call(
+        return await self._read(
             lambda repo: repo.search(query, user_id=user_id, role=role, model=model, since=since, limit=limit)
         )
 
@@ -435,9 +443,9 @@ class AsyncChatArchive:
     ) -> AsyncIterator[ChatDocument]:
         """Every chat in ``chat_id`` order, a batch per transaction."""
         after: str | None = None
-        while batch := await self._call(
+        while batch := await self._read(
             partial(ChatRepository.chat_ids, user_id=user_id, after=after, limit=batch_size)
         ):
-            for document in await self._call(partial(ChatRepository.get_many, chat_ids=batch)):
+            for document in await self._read(partial(ChatRepository.get_many, chat_ids=batch)):
                 yield document
             after = batch[-1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy
 import sqlalchemy.ext.asyncio
@@ -19,6 +19,8 @@ __all__ = [
     "create_async_engine",
     "create_engine",
     "database_url",
+    "for_reading",
+    "for_writing",
 ]
 
 #: Environment variable that names the archive's database.
@@ -125,4 +127,29 @@ def _set_up_sqlite(engine: Engine, *, in_memory: bool) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN")
+        writing = connection.get_execution_options().get(_WRITING, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if writing else "BEGIN")
+
+
+# Execution option that makes a SQLite transaction begin IMMEDIATE (see for_writing).
+_WRITING = "chatarchive_writing"
+
+_AnyEngine = TypeVar("_AnyEngine", Engine, AsyncEngine)
+
+
+def for_writing(engine: _AnyEngine) -> _AnyEngine:
+    """The same engine (and pool) set up for transactions that write: on SQLite
+    they begin ``IMMEDIATE``, so a writer waits for the write lock up front
+    instead of failing with "database is locked" when another writer committed
+    after its first read. PostgreSQL needs nothing."""
+    if engine.dialect.name != "sqlite":
+        return engine
+    return engine.execution_options(**{_WRITING: True})
+
+
+def for_reading(engine: _AnyEngine) -> _AnyEngine:
+    """The same engine (and pool) set up for reads: without a transaction on
+    PostgreSQL (a read that is one statement needs none), unchanged on SQLite."""
+    if engine.dialect.name == "postgresql":
+        return engine.execution_options(isolation_level="AUTOCOMMIT")
+    return engine

@@ -208,3 +208,14 @@ def pg_archive(tmp_path: Path) -> Iterator[tuple[ChatArchive, str]]:
         archive.upgrade()
         yield archive, url.render_as_string(hide_password=False)
         archive.close()
+
+
+@pytest.fixture
+def own_archive(dialect: str, tmp_path: Path) -> Iterator[tuple[ChatArchive, str]]:
+    """An archive on its own new database of each dialect (a SQLite file that
+    other processes can open), and that database's URL."""
+    with throwaway_database(dialect, tmp_path) as url:
+        archive = ChatArchive(url)
+        archive.upgrade()
+        yield archive, url.render_as_string(hide_password=False)
+        archive.close()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from chatarchive import (
     DEFAULT_URL,
@@ -13,7 +15,9 @@ from chatarchive import (
     ChatNotFound,
     ConflictError,
     InvalidDocument,
+    create_engine,
     database_url,
+    for_writing,
 )
 
 
@@ -91,3 +95,22 @@ def test_default_archive_lives_in_the_working_directory(
         assert archive.current_revision() is not None
         assert archive.check() == []
     assert (tmp_path / "chatarchive.db").exists()
+
+
+def test_for_writing_takes_the_sqlite_write_lock_up_front(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path / 'locks.db'}")
+    other = sqlite3.connect(tmp_path / "locks.db", timeout=0, isolation_level=None)
+    try:
+        with engine.connect() as reader:
+            reader.execute(text("SELECT 1"))  # a plain transaction only reads: no lock is taken
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+        with for_writing(engine).connect() as writer:
+            writer.execute(text("SELECT 1"))  # the writer holds the write lock from its BEGIN
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                other.execute("BEGIN IMMEDIATE")
+        pg_engine = create_engine("postgresql://nobody@127.0.0.1/none")
+        assert for_writing(pg_engine) is pg_engine  # PostgreSQL needs no change
+    finally:
+        other.close()
+        engine.dispose()

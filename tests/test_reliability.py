@@ -156,7 +156,7 @@ def test_fuzz_the_parser_only_raises_its_own_errors(data: Any) -> None:
         ChatDocument.from_openai(data if isinstance(data, list) else [data])
 
 
-# -- concurrent writers (PostgreSQL, real processes) ---------------------------------------
+# -- concurrent writers (real processes, both dialects) ---------------------------------------
 
 
 def _append_many(url: str, worker: int, count: int) -> None:
@@ -182,8 +182,8 @@ def _save_with_version(url: str, worker: int, barrier: Any, results: Any) -> Non
     archive.close()
 
 
-def test_concurrent_appends_lose_nothing(pg_archive: tuple[ChatArchive, str]) -> None:
-    archive, url = pg_archive
+def test_concurrent_appends_lose_nothing(own_archive: tuple[ChatArchive, str]) -> None:
+    archive, url = own_archive
     archive.save({"chat_id": "shared"})
     workers, count = 8, 50
     context = multiprocessing.get_context("spawn")
@@ -211,8 +211,8 @@ def test_concurrent_appends_lose_nothing(pg_archive: tuple[ChatArchive, str]) ->
     assert chat.version == 1 + workers * count
 
 
-def test_concurrent_saves_have_one_winner(pg_archive: tuple[ChatArchive, str]) -> None:
-    archive, url = pg_archive
+def test_concurrent_saves_have_one_winner(own_archive: tuple[ChatArchive, str]) -> None:
+    archive, url = own_archive
     archive.save({"chat_id": "race"})
     context = multiprocessing.get_context("spawn")
     barrier, results = context.Barrier(6), context.Queue()
@@ -229,8 +229,8 @@ def test_concurrent_saves_have_one_winner(pg_archive: tuple[ChatArchive, str]) -
     assert archive.get("race").version == 2
 
 
-def test_feedback_and_appends_do_not_block_each_other(pg_archive: tuple[ChatArchive, str]) -> None:
-    archive, _ = pg_archive
+def test_feedback_and_appends_do_not_block_each_other(own_archive: tuple[ChatArchive, str]) -> None:
+    archive, _ = own_archive
     archive.save(tool_chat("busy"))
     errors: list[BaseException] = []
 
@@ -249,6 +249,17 @@ def test_feedback_and_appends_do_not_block_each_other(pg_archive: tuple[ChatArch
     assert not errors
     chat = archive.get("busy")
     assert (len(chat.messages), len(chat.feedback), chat.version) == (45, 40, 81)
+
+
+def test_reads_do_not_wait_for_an_open_write(own_archive: tuple[ChatArchive, str]) -> None:
+    archive, _ = own_archive
+    archive.save(tool_chat("open"))
+    with archive.transaction() as repository:
+        repository.append("open", [{"role": "user", "content": "not yet committed"}])
+        # Another connection, same thread: it would deadlock if reads queued for the write lock.
+        assert len(archive.get("open").messages) == 5
+        assert [summary.chat_id for summary in archive.list_chats().items] == ["open"]
+    assert len(archive.get("open").messages) == 6
 
 
 # -- faults --------------------------------------------------------------------------------

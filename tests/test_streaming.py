@@ -194,8 +194,8 @@ def test_the_async_api_mirrors_the_sync_one(async_url: str, archive: ChatArchive
     assert archive.get("tx").messages[1].content == "streamed text"  # the sync API sees the same rows
 
 
-def test_a_hundred_concurrent_streams_in_one_event_loop(pg_archive: tuple[ChatArchive, str]) -> None:
-    archive, url = pg_archive
+def test_a_hundred_concurrent_streams_in_one_event_loop(own_archive: tuple[ChatArchive, str]) -> None:
+    archive, url = own_archive
     streams, chunks = 100, 20
 
     async def stream(aarchive: AsyncChatArchive, number: int) -> None:
