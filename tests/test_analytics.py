@@ -284,3 +284,53 @@ def test_search_through_the_archive(archive: ChatArchive) -> None:
     assert [h.chat_id for h in archive.search("dimers")] == ["alpha", "alpha"]
     archive.delete("alpha")
     assert archive.search("dimers") == []
+
+
+# 120 messages say "ribosome", 60 say "plasmid", 3 of them say both.
+SAMPLING_CHAT = {
+    "chat_id": "sampling",
+    "messages": [{"role": "user", "content": f"ribosome note {n}"} for n in range(117)]
+    + [{"role": "user", "content": f"plasmid note {n}"} for n in range(57)]
+    + [{"role": "user", "content": f"ribosome and plasmid, together {n}"} for n in range(3)],
+}
+
+
+@pytest.fixture
+def few_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL's first, sampled search pass takes ~5 index entries a word."""
+    monkeypatch.setattr("chatarchive._search.SAMPLED_MATCHES", 5)
+
+
+def save_indexed(archive: ChatArchive, doc: dict[str, Any]) -> None:
+    """Saves ``doc`` and moves new GIN entries from the index's pending list into
+    its tree, as autovacuum does (only entries in the tree are ever sampled)."""
+    archive.save(doc)
+    if archive.engine.dialect.name == "postgresql":
+        with archive.engine.begin() as connection:
+            connection.execute(text("SELECT gin_clean_pending_list('ix_content_parts_text_search')"))
+
+
+@pytest.mark.usefixtures("few_samples")
+def test_a_sampled_search_still_finds_rare_co_occurrences(archive: ChatArchive) -> None:
+    save_indexed(archive, SAMPLING_CHAT)
+    assert sorted(h.position for h in archive.search("ribosome plasmid")) == [174, 175, 176]
+    common = archive.search("ribosome", limit=5)
+    assert len(common) == 5
+    assert all("ribosome" in h.snippet for h in common)
+
+
+@pytest.mark.usefixtures("few_samples")
+def test_search_returns_as_many_hits_as_asked_for(archive: ChatArchive) -> None:
+    save_indexed(archive, SAMPLING_CHAT)
+    assert len(archive.search("ribosome", limit=500)) == 120
+    assert len(archive.search("ribosome", limit=110)) == 110
+
+
+@pytest.mark.usefixtures("few_samples")
+def test_search_puts_back_the_connections_own_index_setting(pg_archive: tuple[ChatArchive, str]) -> None:
+    archive, _ = pg_archive
+    save_indexed(archive, SAMPLING_CHAT)
+    with Session(archive.engine) as session:
+        session.execute(text("SET gin_fuzzy_search_limit = 123"))
+        assert len(ChatRepository(session).search("ribosome")) == 20
+        assert session.execute(text("SHOW gin_fuzzy_search_limit")).scalar_one() == "123"
