@@ -68,8 +68,7 @@ def search_messages(
     postgres = session.get_bind().dialect.name == "postgresql"
     if postgres:
         params["query"] = query
-        params["candidates"] = max(RANKED_CANDIDATES, limit)
-        statement = _postgres_statement(where)
+        statement = _postgres_statement(where, candidates=max(RANKED_CANDIDATES, limit))
     else:
         fts_query = fts5_query(query)
         if fts_query is None:
@@ -138,7 +137,10 @@ def _sampled_index_scans(session: Session) -> Iterator[None]:
     session.execute(setting, {"value": previous})
 
 
-def _postgres_statement(where: str) -> TextClause:
+def _postgres_statement(where: str, *, candidates: int) -> TextClause:
+    # The candidates' LIMIT is a literal: as a parameter, the plan that
+    # PostgreSQL caches for the prepared statement (after five runs) cannot
+    # know it, and scans every match.
     config = TEXT_SEARCH_CONFIG
     options = f"StartSel={HIGHLIGHT[0]}, StopSel={HIGHLIGHT[1]}, MaxWords=30, MinWords=10, MaxFragments=2"
     return text(
@@ -151,7 +153,7 @@ def _postgres_statement(where: str) -> TextClause:
             JOIN messages m ON m.chat_id = p.chat_id AND m.position = p.message_position
             JOIN chats c ON c.chat_id = p.chat_id
             WHERE p.type = 'text' AND to_tsvector('{config}', p.text) @@ q.query{where}
-            LIMIT :candidates
+            LIMIT {candidates}
         ),
         ranked AS (
             SELECT DISTINCT ON (chat_id, message_position)
