@@ -262,16 +262,22 @@ class _Bench:
 
     def _without_search_index(self, measure: Callable[[], float]) -> float:
         with self.engine.begin() as connection:
-            definition = connection.execute(
-                text("SELECT pg_get_indexdef(to_regclass('ix_content_parts_text_search'))")
-            ).scalar_one()
-            connection.execute(text("DROP INDEX ix_content_parts_text_search"))
+            definitions = connection.execute(
+                text(
+                    "SELECT c.relname, pg_get_indexdef(c.oid) FROM pg_class c "
+                    "JOIN pg_index i ON i.indexrelid = c.oid JOIN pg_am a ON a.oid = c.relam "
+                    "WHERE a.amname = 'gin' AND c.relnamespace = 'public'::regnamespace"
+                )
+            ).all()
+            for name, _ in definitions:
+                connection.execute(text(f'DROP INDEX "{name}"'))
         try:
             return measure()
         finally:
             self._truncate()
             with self.engine.begin() as connection:
-                connection.execute(text(definition))
+                for _, definition in definitions:
+                    connection.execute(text(definition))
 
     def _time_save_many(self) -> float:
         self._truncate()

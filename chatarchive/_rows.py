@@ -159,6 +159,7 @@ def _add_messages(
             "completed": values["completed"],
             "created_at": values["created_at"] or now,
             "updated_at": None,
+            "text": None,
             "name": None,
             "tool_call_id": None,
             "model": None,
@@ -181,7 +182,7 @@ def _add_messages(
             row["content_form"] = "null" if "content" in given else "absent"
         elif type(content) is str:
             row["content_form"] = "string"
-            rows.parts.append(_part_row(chat_id, position, 0, "text", content, None))
+            row["text"] = content
         else:
             row["content_form"] = "parts"
             rows.parts.extend(
@@ -319,7 +320,7 @@ def message_from_rows(
     if form == "null":
         data["content"] = None
     elif form == "string":
-        data["content"] = parts[0]["text"] if parts else ""
+        data["content"] = row["text"] if row["text"] is not None else ""
     elif form == "parts":
         data["content"] = [_part_from_row(part) for part in parts]
     if calls:

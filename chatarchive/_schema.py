@@ -18,7 +18,9 @@ from sqlalchemy import (
     Integer,
     MetaData,
     UniqueConstraint,
-    text,
+)
+from sqlalchemy import (
+    text as sql_text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -50,7 +52,7 @@ NAMING_CONVENTION = {
 
 #: The Alembic revision these models correspond to (a test keeps it equal to
 #: the newest migration).
-SCHEMA_REVISION = "0004"
+SCHEMA_REVISION = "0005"
 
 #: chatarchive's own Alembic version table, so that an application using Alembic
 #: for its own tables can share the database.
@@ -58,7 +60,12 @@ VERSION_TABLE = "chatarchive_version"
 
 #: Objects that migrations create in SQL the models do not describe (full-text
 #: search): the drift check leaves them alone.
-SEARCH_OBJECTS = ("ix_content_parts_text_search", "message_search")
+SEARCH_OBJECTS = (
+    "ix_content_parts_text_search",
+    "ix_messages_text_search",
+    "message_search",
+    "message_text_search",
+)
 
 
 def described_by_models(name: str | None, kind: str, reflected: bool) -> bool:
@@ -129,7 +136,9 @@ class TagRow(Base):
 
 
 class MessageRow(Base):
-    """One row per message; ``position`` is 0-based and gapless within a chat."""
+    """One row per message; ``position`` is 0-based and gapless within a chat.
+    A string content is ``text``; the parts of a list content are rows of
+    content_parts."""
 
     __tablename__ = "messages"
 
@@ -140,6 +149,7 @@ class MessageRow(Base):
     name: Mapped[str | None]
     tool_call_id: Mapped[str | None]
     content_form: Mapped[str]
+    text: Mapped[str | None]
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime | None]
     completed: Mapped[bool]
@@ -158,8 +168,8 @@ class MessageRow(Base):
             "chat_id",
             "tool_call_id",
             "position",
-            postgresql_where=text("role = 'tool'"),
-            sqlite_where=text("role = 'tool'"),
+            postgresql_where=sql_text("role = 'tool'"),
+            sqlite_where=sql_text("role = 'tool'"),
         ),
         CheckConstraint("position >= 0", name="position_not_negative"),
         CheckConstraint("content_form IN ('string', 'parts', 'null', 'absent')", name="content_form_known"),
@@ -167,8 +177,7 @@ class MessageRow(Base):
 
 
 class ContentPartRow(Base):
-    """One row per content part. A string content is one ``text`` part too (its
-    message's ``content_form`` says so), so all text sits in one column."""
+    """One row per part of a list content."""
 
     __tablename__ = "content_parts"
 
@@ -262,7 +271,7 @@ TABLE_COMMENTS = {
     "chats": "One row per chat document.",
     "chat_tags": "A chat's tags, in the document's order.",
     "messages": "One row per message; position is 0-based and gapless within a chat.",
-    "content_parts": "Ordered content parts of messages; a string content is one text part.",
+    "content_parts": "Ordered content parts of messages whose content is a list of parts.",
     "tool_calls": "Tool calls made by assistant messages.",
     "feedback": "Human feedback on a chat, or on one of its messages.",
     "message_chunks": "Streamed pieces of messages still being written; folded in when complete.",
@@ -295,6 +304,7 @@ COLUMN_COMMENTS = {
         "name": "The participant's name (OpenAI 'name').",
         "tool_call_id": "The tool call this message answers (tool messages).",
         "content_form": "How content was given: string, parts, null or absent.",
+        "text": "A string content (content_form 'string'); list contents are in content_parts.",
         "created_at": "When the message was created (the time of saving if not given).",
         "updated_at": "When the message was last changed, if given.",
         "completed": "Whether the message is complete (false while streaming).",

@@ -1,9 +1,11 @@
 """Full-text search over message text.
 
-PostgreSQL: ``websearch_to_tsquery`` against a GIN index on
-``to_tsvector('english', content_parts.text)``, ranked with ``ts_rank``,
-snippets from ``ts_headline``. SQLite: the FTS5 table ``message_search``
-(porter stemming), ranked with bm25, snippets from ``snippet()``. Both take the
+Text is in two places: a string content in ``messages.text``, the text parts of
+a list content in ``content_parts.text``. PostgreSQL: ``websearch_to_tsquery``
+against a GIN index on ``to_tsvector('english', text)`` of each, ranked with
+``ts_rank``, snippets from ``ts_headline``. SQLite: the FTS5 tables
+``message_text_search`` and ``message_search`` (porter stemming), ranked with
+bm25, snippets from ``snippet()``. Both take the
 same query syntax (words, "quoted phrases", ``-word``, ``or``), never treat
 input as SQL, and give one hit per message, best first.
 """
@@ -147,12 +149,18 @@ def _postgres_statement(where: str, *, candidates: int) -> TextClause:
         f"""
         WITH q AS (SELECT websearch_to_tsquery('{config}', :query) AS query),
         candidates AS (
-            SELECT p.chat_id, p.message_position, p.text
-            FROM content_parts p
-            CROSS JOIN q
-            JOIN messages m ON m.chat_id = p.chat_id AND m.position = p.message_position
-            JOIN chats c ON c.chat_id = p.chat_id
-            WHERE p.type = 'text' AND to_tsvector('{config}', p.text) @@ q.query{where}
+            (SELECT m.chat_id, m.position AS message_position, m.text
+             FROM messages m
+             CROSS JOIN q
+             JOIN chats c ON c.chat_id = m.chat_id
+             WHERE m.text IS NOT NULL AND to_tsvector('{config}', m.text) @@ q.query{where})
+            UNION ALL
+            (SELECT p.chat_id, p.message_position, p.text
+             FROM content_parts p
+             CROSS JOIN q
+             JOIN messages m ON m.chat_id = p.chat_id AND m.position = p.message_position
+             JOIN chats c ON c.chat_id = p.chat_id
+             WHERE p.type = 'text' AND to_tsvector('{config}', p.text) @@ q.query{where})
             LIMIT {candidates}
         ),
         ranked AS (
@@ -181,25 +189,39 @@ def _sqlite_statement(where: str) -> TextClause:
     return text(
         f"""
         WITH matched AS MATERIALIZED (
-            SELECT rowid AS part, -rank AS rank FROM message_search WHERE message_search MATCH :query
+            SELECT 0 AS source, rowid AS row, -rank AS rank
+            FROM message_text_search WHERE message_text_search MATCH :query
+            UNION ALL
+            SELECT 1, rowid, -rank FROM message_search WHERE message_search MATCH :query
+        ),
+        located AS (
+            SELECT m.chat_id, m.position AS message_position, matched.source, matched.row, matched.rank
+            FROM matched JOIN messages m ON m.rowid = matched.row WHERE matched.source = 0
+            UNION ALL
+            SELECT p.chat_id, p.message_position, matched.source, matched.row, matched.rank
+            FROM matched JOIN content_parts p ON p.rowid = matched.row WHERE matched.source = 1
         ),
         hits AS (
-            SELECT p.chat_id, p.message_position, matched.part, matched.rank,
+            SELECT located.*,
                    row_number() OVER (
-                       PARTITION BY p.chat_id, p.message_position ORDER BY matched.rank DESC
+                       PARTITION BY located.chat_id, located.message_position ORDER BY located.rank DESC
                    ) AS nth
-            FROM matched
-            JOIN content_parts p ON p.rowid = matched.part
-            JOIN messages m ON m.chat_id = p.chat_id AND m.position = p.message_position
-            JOIN chats c ON c.chat_id = p.chat_id
+            FROM located
+            JOIN messages m ON m.chat_id = located.chat_id AND m.position = located.message_position
+            JOIN chats c ON c.chat_id = located.chat_id
             WHERE true{where}
         ),
         best AS (
             SELECT * FROM hits WHERE nth = 1 ORDER BY rank DESC, chat_id, message_position LIMIT :limit
         )
         SELECT best.chat_id, m.uid, m.position, m.role, m.created_at, best.rank,
-               (SELECT snippet(message_search, 0, '{start}', '{stop}', '…', 24) FROM message_search
-                WHERE message_search MATCH :query AND rowid = best.part) AS snippet
+               CASE best.source
+                   WHEN 0 THEN (SELECT snippet(message_text_search, 0, '{start}', '{stop}', '…', 24)
+                                FROM message_text_search
+                                WHERE message_text_search MATCH :query AND rowid = best.row)
+                   ELSE (SELECT snippet(message_search, 0, '{start}', '{stop}', '…', 24)
+                         FROM message_search WHERE message_search MATCH :query AND rowid = best.row)
+               END AS snippet
         FROM best
         JOIN messages m ON m.chat_id = best.chat_id AND m.position = best.message_position
         ORDER BY best.rank DESC, best.chat_id, best.message_position

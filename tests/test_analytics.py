@@ -307,7 +307,8 @@ def save_indexed(archive: ChatArchive, doc: dict[str, Any]) -> None:
     archive.save(doc)
     if archive.engine.dialect.name == "postgresql":
         with archive.engine.begin() as connection:
-            connection.execute(text("SELECT gin_clean_pending_list('ix_content_parts_text_search')"))
+            for index in ("ix_messages_text_search", "ix_content_parts_text_search"):
+                connection.execute(text(f"SELECT gin_clean_pending_list('{index}')"))
 
 
 @pytest.mark.usefixtures("few_samples")

@@ -135,7 +135,7 @@ def test_tags_keep_order_without_duplicates() -> None:
     assert ChatDocument.parse({"tags": ["b", "a", "b"]}).tags == ["b", "a"]
 
 
-def test_rows_keep_text_in_one_column() -> None:
+def test_rows_keep_a_string_content_on_its_message_and_parts_in_order() -> None:
     doc = ChatDocument.from_openai(
         [
             {"role": "user", "content": "plain"},
@@ -147,12 +147,11 @@ def test_rows_keep_text_in_one_column() -> None:
         chat_id="c",
     )
     rows = document_to_rows(doc, now=NOW, version=1)
-    assert [(p["type"], p["text"], p["data"]) for p in rows.parts] == [
-        ("text", "plain", None),
-        ("text", "part", None),
-        ("refusal", "no", None),
+    assert [(p["message_position"], p["type"], p["text"], p["data"]) for p in rows.parts] == [
+        (1, "text", "part", None),
+        (1, "refusal", "no", None),
     ]
-    assert [m["content_form"] for m in rows.messages] == ["string", "parts"]
+    assert [(m["content_form"], m["text"]) for m in rows.messages] == [("string", "plain"), ("parts", None)]
 
 
 def test_tool_call_rows_hold_name_and_exact_arguments() -> None:

@@ -99,6 +99,18 @@ def test_save_many_without_on_error_raises_the_first_error(repo: ChatRepository,
     assert snapshot(session) == before  # the repository's call is atomic
 
 
+def part_of_no_message(chat_id: str) -> dict[str, Any]:
+    """A content part row whose message does not exist (a foreign-key violation)."""
+    return {
+        "chat_id": chat_id,
+        "message_position": 999,
+        "position": 0,
+        "type": "text",
+        "text": "x",
+        "data": None,
+    }
+
+
 def test_a_write_error_is_traced_to_its_document(
     repo: ChatRepository, session: Session, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -109,7 +121,7 @@ def test_a_write_error_is_traced_to_its_document(
     def corrupt(doc: ChatDocument, **kwargs: Any) -> ChatRows:
         rows = original(doc, **kwargs)
         if doc.chat_id == "chat-00000003":
-            rows.parts[0]["message_position"] = 999  # no such message
+            rows.parts.append(part_of_no_message(doc.chat_id))  # no such message
         return rows
 
     monkeypatch.setattr("chatarchive._ingest.document_to_rows", corrupt)
@@ -133,7 +145,7 @@ def test_a_bulk_load_violation_rolls_everything_back(
     def orphan(doc: ChatDocument, **kwargs: Any) -> ChatRows:
         rows = original(doc, **kwargs)
         if doc.chat_id == "chat-00000007":
-            rows.parts[0]["message_position"] = 999
+            rows.parts.append(part_of_no_message(doc.chat_id))
         return rows
 
     monkeypatch.setattr("chatarchive._ingest.document_to_rows", orphan)

@@ -146,3 +146,48 @@ def test_migrations_run_from_a_built_wheel(tmp_path: Path, empty_database: URL) 
 
 def test_models_know_the_newest_revision() -> None:
     assert ScriptDirectory.from_config(alembic_config()).get_current_head() == SCHEMA_REVISION
+
+
+def test_string_contents_move_onto_messages_and_back(empty_database: URL) -> None:
+    """Revision 0005 moves string contents from content_parts to messages.text;
+    its downgrade moves them back; documents, views and search read the same."""
+    from sqlalchemy import text
+
+    from .analytics_fixture import CHATS
+
+    archive = ChatArchive(empty_database)
+    try:
+        archive.upgrade()
+        archive.save_many(CHATS)
+        streaming = archive.begin_message("alpha")  # a string content not written yet
+        archive.append_chunk("alpha", streaming.uid, "still typing")
+        chat_ids = [doc["chat_id"] for doc in CHATS]
+        before = [archive.get(chat_id) for chat_id in chat_ids]
+        texts_sql = text("SELECT chat_id, position, text FROM message_texts ORDER BY chat_id, position")
+        string_parts = text(
+            "SELECT count(*) FROM content_parts p JOIN messages m "
+            "ON m.chat_id = p.chat_id AND m.position = p.message_position WHERE m.content_form = 'string'"
+        )
+        with archive.engine.connect() as connection:
+            texts = connection.execute(texts_sql).all()
+            strings = connection.execute(
+                text("SELECT count(*) FROM messages WHERE text IS NOT NULL")
+            ).scalar_one()
+            assert connection.execute(string_parts).scalar_one() == 0
+        assert strings > 10
+
+        downgrade(archive.engine, "0004")
+        with archive.engine.connect() as connection:
+            assert "text" not in {column["name"] for column in inspect(connection).get_columns("messages")}
+            assert connection.execute(string_parts).scalar_one() == strings
+            assert connection.execute(texts_sql).all() == texts
+
+        upgrade(archive.engine)
+        assert [archive.get(chat_id) for chat_id in chat_ids] == before
+        with archive.engine.connect() as connection:
+            assert connection.execute(string_parts).scalar_one() == 0
+            assert connection.execute(texts_sql).all() == texts
+        assert [h.chat_id for h in archive.search("dimers")] == ["alpha", "alpha"]
+        assert archive.complete_message("alpha", streaming.uid).content == "still typing"
+    finally:
+        archive.close()
