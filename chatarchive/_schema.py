@@ -171,6 +171,16 @@ class MessageRow(Base):
             postgresql_where=sql_text("role = 'tool'"),
             sqlite_where=sql_text("role = 'tool'"),
         ),
+        # Finds legacy function calls without reading every message (tool_call_results).
+        Index(
+            "ix_messages_function_calls",
+            "chat_id",
+            "position",
+            postgresql_where=sql_text(
+                "extra IS NOT NULL AND jsonb_typeof(extra->'function_call') = 'object'"
+            ),
+            sqlite_where=sql_text("extra IS NOT NULL AND json_type(extra, '$.function_call') = 'object'"),
+        ),
         CheckConstraint("position >= 0", name="position_not_negative"),
         CheckConstraint("content_form IN ('string', 'parts', 'null', 'absent')", name="content_form_known"),
     )

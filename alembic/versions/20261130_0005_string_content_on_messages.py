@@ -7,7 +7,8 @@ the parts of list contents. The data moves both ways; the views that read text
 (message_texts, tool_call_results, chat_stats) are re-created to read both
 places, with the same names, columns and comments; full-text search gains an
 index on messages.text (PostgreSQL: GIN; SQLite: the FTS5 table
-message_text_search, kept in step by triggers).
+message_text_search, kept in step by triggers). As message rows get wider, a
+small partial index finds legacy function calls without reading them all.
 
 Revision ID: 0005
 Revises: 0004
@@ -137,6 +138,15 @@ def _replace_views(dialect: str, *, new: bool) -> None:
 def upgrade() -> None:
     dialect = op.get_bind().dialect.name
     op.add_column("messages", sa.Column("text", sa.Text(), nullable=True, comment=TEXT_COMMENT))
+    # Rows of messages are now wider: tool_call_results finds legacy function
+    # calls through this small index instead of reading every message.
+    op.create_index(
+        "ix_messages_function_calls",
+        "messages",
+        ["chat_id", "position"],
+        postgresql_where=sa.text("extra IS NOT NULL AND jsonb_typeof(extra->'function_call') = 'object'"),
+        sqlite_where=sa.text("extra IS NOT NULL AND json_type(extra, '$.function_call') = 'object'"),
+    )
     if dialect == "postgresql":
         op.execute(
             "UPDATE messages m SET text = p.text FROM content_parts p WHERE m.content_form = 'string' "
@@ -176,6 +186,7 @@ def downgrade() -> None:
         "INSERT INTO content_parts (chat_id, message_position, position, type, text, data) "
         "SELECT chat_id, position, 0, 'text', text, NULL FROM messages WHERE text IS NOT NULL"
     )
+    op.drop_index("ix_messages_function_calls", table_name="messages")
     if dialect == "postgresql":
         op.drop_column("messages", "text")
     else:
