@@ -30,7 +30,7 @@ from ._document import ChatDocument
 from ._engine import create_engine, database_url
 from ._ingest import copy_plan
 from ._rows import ChatRows, document_to_rows
-from ._schema import metadata
+from ._schema import PG_SEARCH_INDEXES, metadata
 from ._workload import generate_chats
 
 __all__ = ["BenchReport", "run_bench"]
@@ -261,23 +261,20 @@ class _Bench:
             connection.execute(text("ANALYZE"))
 
     def _without_search_index(self, measure: Callable[[], float]) -> float:
+        definition = text("SELECT pg_get_indexdef(to_regclass(:name))")
         with self.engine.begin() as connection:
-            definitions = connection.execute(
-                text(
-                    "SELECT c.relname, pg_get_indexdef(c.oid) FROM pg_class c "
-                    "JOIN pg_index i ON i.indexrelid = c.oid JOIN pg_am a ON a.oid = c.relam "
-                    "WHERE a.amname = 'gin' AND c.relnamespace = 'public'::regnamespace"
-                )
-            ).all()
-            for name, _ in definitions:
-                connection.execute(text(f'DROP INDEX "{name}"'))
+            definitions = [
+                connection.execute(definition, {"name": name}).scalar_one() for name in PG_SEARCH_INDEXES
+            ]
+            for name in PG_SEARCH_INDEXES:
+                connection.execute(text(f"DROP INDEX {name}"))
         try:
             return measure()
         finally:
             self._truncate()
             with self.engine.begin() as connection:
-                for _, definition in definitions:
-                    connection.execute(text(definition))
+                for statement in definitions:
+                    connection.execute(text(statement))
 
     def _time_save_many(self) -> float:
         self._truncate()

@@ -27,6 +27,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from ._types import ArchiveText, JsonObject, UTCDateTime
 
 __all__ = [
+    "PG_SEARCH_INDEXES",
     "SCHEMA_REVISION",
     "SEARCH_OBJECTS",
     "VERSION_TABLE",
@@ -60,12 +61,9 @@ VERSION_TABLE = "chatarchive_version"
 
 #: Objects that migrations create in SQL the models do not describe (full-text
 #: search): the drift check leaves them alone.
-SEARCH_OBJECTS = (
-    "ix_content_parts_text_search",
-    "ix_messages_text_search",
-    "message_search",
-    "message_text_search",
-)
+#: PostgreSQL's full-text (GIN) indexes, over messages.text and content_parts.text.
+PG_SEARCH_INDEXES = ("ix_messages_text_search", "ix_content_parts_text_search")
+SEARCH_OBJECTS = (*PG_SEARCH_INDEXES, "message_text_search", "message_search")
 
 
 def described_by_models(name: str | None, kind: str, reflected: bool) -> bool:

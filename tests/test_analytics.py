@@ -12,6 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from chatarchive import ChatArchive, ChatRepository, analytics
+from chatarchive._schema import PG_SEARCH_INDEXES
 
 from .analytics_fixture import CHATS
 from .async_shim import in_sync_session
@@ -307,7 +308,7 @@ def save_indexed(archive: ChatArchive, doc: dict[str, Any]) -> None:
     archive.save(doc)
     if archive.engine.dialect.name == "postgresql":
         with archive.engine.begin() as connection:
-            for index in ("ix_messages_text_search", "ix_content_parts_text_search"):
+            for index in PG_SEARCH_INDEXES:
                 connection.execute(text(f"SELECT gin_clean_pending_list('{index}')"))
 
 
