@@ -19,7 +19,7 @@ from ._exceptions import DatabaseError, InvalidDocument, SchemaNotReady, databas
 from ._ingest import prepared_batches
 from ._repository import ChatChanges, ChatRepository, OnError
 from ._schema import SCHEMA_REVISION, VERSION_TABLE
-from ._search import SearchHit
+from ._search import SearchHit, rebuild_search_index
 
 __all__ = ["ChatArchive"]
 
@@ -359,6 +359,15 @@ class ChatArchive:
         self._require_schema()
         with database_errors(), self._engine.begin() as connection:
             set_row_level_security_on(connection, enabled)
+
+    def rebuild_search_index(self) -> None:
+        """Rebuild the full-text search index from the stored text, in one
+        transaction that blocks writes while it runs: after restoring a SQLite
+        archive from a dump (its search tables point at rows by rowid), or after
+        changing PostgreSQL's text search dictionaries."""
+        self._require_schema()
+        with database_errors(), self._writer.begin() as connection:
+            rebuild_search_index(connection)
 
     def check(self) -> list[str]:
         """Problems that keep the database from matching this version (empty: none)."""

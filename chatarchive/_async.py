@@ -29,7 +29,7 @@ from ._ingest import prepared_batches
 from ._migrations import migrate, problems_of, revision_of
 from ._repository import ChatChanges, ChatRepository, OnError
 from ._schema import SCHEMA_REVISION, VERSION_TABLE
-from ._search import SearchHit
+from ._search import SearchHit, rebuild_search_index
 
 __all__ = ["AsyncChatArchive", "AsyncChatRepository"]
 
@@ -429,6 +429,11 @@ class AsyncChatArchive:
         if self._engine.dialect.name != "postgresql":
             raise SchemaNotReady("row-level security needs PostgreSQL")
         await self._on_connection(partial(set_row_level_security_on, enabled=enabled), transaction=True)
+
+    async def rebuild_search_index(self) -> None:
+        """Rebuild the full-text search index from the stored text (one transaction)."""
+        await self._require_schema()
+        await self._on_connection(rebuild_search_index, transaction=True)
 
     async def _on_connection(self, call: Callable[[Connection], _T], *, transaction: bool = False) -> _T:
         with database_errors():

@@ -136,6 +136,18 @@ def db_check() -> None:
     click.echo("ok")
 
 
+@db.command("reindex")
+def db_reindex() -> None:
+    """Rebuild the full-text search index from the stored text.
+
+    Needed after restoring a SQLite archive from a dump (its search tables
+    point at rows by rowid) or after changing PostgreSQL's text search
+    dictionaries. Writes wait until it is done.
+    """
+    _state().archive.rebuild_search_index()
+    _stderr.print("search index rebuilt")
+
+
 @db.command("rls")
 @click.argument("state", type=click.Choice(["on", "off", "status"]), default="status")
 def db_rls(state: str) -> None:

@@ -18,13 +18,14 @@ from contextlib import contextmanager, suppress
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Double, Integer, TextClause, bindparam, text
+from sqlalchemy import Connection, Double, Integer, TextClause, bindparam, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from ._schema import PG_SEARCH_INDEXES
 from ._types import ArchiveText, UTCDateTime
 
-__all__ = ["SearchHit", "fts5_query", "search_messages"]
+__all__ = ["SearchHit", "fts5_query", "rebuild_search_index", "search_messages"]
 
 #: Marks around matched words in snippets.
 HIGHLIGHT = ("«", "»")
@@ -263,3 +264,30 @@ def fts5_query(query: str) -> str | None:
     if excluded:
         expression = f"({expression}) NOT ({' OR '.join(excluded)})"
     return expression
+
+
+#: SQLite's full-text tables: (FTS5 table, the table whose rowids it holds,
+#: which rows it indexes), as migrations 0002 and 0005 define them.
+_SQLITE_FULL_TEXT = (
+    ("message_text_search", "messages", "text IS NOT NULL"),
+    ("message_search", "content_parts", "type = 'text'"),
+)
+
+
+def rebuild_search_index(connection: Connection) -> None:
+    """Rebuild the full-text index from the stored text, in the caller's transaction.
+
+    SQLite's FTS5 tables point at rows by rowid, which a dump and reload (or a
+    VACUUM, which SQLite allows to renumber rows) may change; PostgreSQL's GIN
+    indexes follow their tables but may need a rebuild after a change of the
+    text search dictionaries.
+    """
+    if connection.dialect.name == "postgresql":
+        for name in PG_SEARCH_INDEXES:
+            connection.exec_driver_sql(f"REINDEX INDEX {name}")
+        return
+    for search_table, table, indexed in _SQLITE_FULL_TEXT:
+        connection.exec_driver_sql(f"INSERT INTO {search_table} ({search_table}) VALUES ('delete-all')")
+        connection.exec_driver_sql(
+            f"INSERT INTO {search_table} (rowid, text) SELECT rowid, text FROM {table} WHERE {indexed}"
+        )

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+import sqlite3
+from contextlib import closing
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
-from sqlalchemy import text
+from sqlalchemy import make_url, text
 from sqlalchemy.orm import Session
 
-from chatarchive import ChatArchive, ChatRepository, analytics
+from chatarchive import AsyncChatArchive, ChatArchive, ChatRepository, analytics
 from chatarchive._schema import PG_SEARCH_INDEXES
 
 from .analytics_fixture import CHATS
@@ -336,3 +340,79 @@ def test_search_puts_back_the_connections_own_index_setting(pg_archive: tuple[Ch
         session.execute(text("SET gin_fuzzy_search_limit = 123"))
         assert len(ChatRepository(session).search("ribosome")) == 20
         assert session.execute(text("SHOW gin_fuzzy_search_limit")).scalar_one() == "123"
+
+
+def compact(url: str) -> None:
+    """What an operator runs to reclaim space: SQLite's VACUUM (it rebuilds the
+    file, and may renumber rowids, which the full-text tables are keyed on);
+    PostgreSQL's VACUUM FULL (it rewrites the tables and their indexes)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        with closing(sqlite3.connect(str(parsed.database), isolation_level=None)) as connection:
+            connection.execute("VACUUM")
+        return
+    with psycopg.connect(parsed.set(drivername="postgresql").render_as_string(False), autocommit=True) as pg:
+        pg.execute("VACUUM FULL messages, content_parts")
+
+
+def test_search_finds_the_same_messages_after_compaction(own_archive: tuple[ChatArchive, str]) -> None:
+    archive, url = own_archive
+    archive.save_many(
+        {
+            "chat_id": f"c{n}",
+            "messages": [
+                {"role": "user", "content": f"alpha{n} shared"},
+                {"role": "assistant", "content": [{"type": "text", "text": f"beta{n} shared"}]},
+            ],
+        }
+        for n in range(30)
+    )
+    for n in range(0, 30, 3):  # gaps in the rows before the compaction
+        archive.delete(f"c{n}")
+    compact(url)
+    archive.delete("c1")  # the full-text tables are kept in step afterwards too
+    archive.save({"chat_id": "late", "messages": [{"role": "user", "content": "alpha99 shared"}]})
+
+    kept = [n for n in range(30) if n % 3 and n != 1]
+    for n in kept:
+        assert [(h.chat_id, h.position) for h in archive.search(f"alpha{n}")] == [(f"c{n}", 0)]
+        assert [(h.chat_id, h.position, h.snippet) for h in archive.search(f"beta{n}")] == [
+            (f"c{n}", 1, f"«beta{n}» shared")
+        ]
+    for n in (0, 1, 3):
+        assert archive.search(f"alpha{n}") == []
+    assert [h.chat_id for h in archive.search("alpha99")] == ["late"]
+    assert len(archive.search("shared", limit=100)) == 2 * len(kept) + 1
+
+
+def renumber_rows(url: str) -> None:
+    """What a dump and reload without rowids does to SQLite's tables."""
+    with closing(sqlite3.connect(str(make_url(url).database), isolation_level=None)) as connection:
+        for table in ("messages", "content_parts"):
+            connection.execute(f"UPDATE {table} SET rowid = rowid + 100000")
+
+
+@pytest.mark.parametrize("through", ["sync", "async"])
+def test_rebuilding_the_search_index(own_archive: tuple[ChatArchive, str], through: str) -> None:
+    archive, url = own_archive
+    archive.save_many(CHATS)
+    before = archive.search("primer")
+    assert before
+    if archive.engine.dialect.name == "sqlite":
+        renumber_rows(url)
+        assert archive.search("primer") != before  # the search tables point at the old rowids
+    if through == "async":
+        asyncio.run(_rebuild_async(url))
+    else:
+        archive.rebuild_search_index()
+    assert archive.search("primer") == before
+    archive.delete("alpha")  # the triggers find what they delete after the rebuild
+    assert archive.search("dimers") == []
+    assert [h.chat_id for h in archive.search("primer")] == [
+        h.chat_id for h in before if h.chat_id != "alpha"
+    ]
+
+
+async def _rebuild_async(url: str) -> None:
+    async with AsyncChatArchive(url) as archive:
+        await archive.rebuild_search_index()

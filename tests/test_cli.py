@@ -241,5 +241,7 @@ def test_stats_and_search(run: Run, tmp_path: Path) -> None:
     hits = json.loads(run("search", "primer dimers", "--json").stdout)
     assert [(hit["chat_id"], hit["position"]) for hit in hits] == [("alpha", 3), ("alpha", 4)]
     assert "alpha [3] tool" in run("search", "primer").stdout
+    assert "search index rebuilt" in run("db", "reindex").stderr
+    assert json.loads(run("search", "primer dimers", "--json").stdout) == hits
     assert "no matches" in run("search", "'&:*").stderr
     run("stats", "--by", "planet", expect=2)
