@@ -362,9 +362,10 @@ class ChatArchive:
 
     def rebuild_search_index(self) -> None:
         """Rebuild the full-text search index from the stored text, in one
-        transaction that blocks writes while it runs: after restoring a SQLite
-        archive from a dump (its search tables point at rows by rowid), or after
-        changing PostgreSQL's text search dictionaries."""
+        transaction that blocks writes (and PostgreSQL's searches) while it
+        runs: after restoring a SQLite archive from a dump (its search tables
+        point at rows by rowid), or after changing PostgreSQL's text search
+        dictionaries."""
         self._require_schema()
         with database_errors(), self._writer.begin() as connection:
             rebuild_search_index(connection)

@@ -142,7 +142,7 @@ def db_reindex() -> None:
 
     Needed after restoring a SQLite archive from a dump (its search tables
     point at rows by rowid) or after changing PostgreSQL's text search
-    dictionaries. Writes wait until it is done.
+    dictionaries. Writes (and, on PostgreSQL, searches) wait until it is done.
     """
     _state().archive.rebuild_search_index()
     _stderr.print("search index rebuilt")
