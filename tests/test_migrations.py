@@ -191,3 +191,27 @@ def test_string_contents_move_onto_messages_and_back(empty_database: URL) -> Non
         assert archive.complete_message("alpha", streaming.uid).content == "still typing"
     finally:
         archive.close()
+
+
+def test_every_column_of_the_archive_explains_itself(pg_archive: tuple[ChatArchive, str]) -> None:
+    """PostgreSQL: every table and every column of the tables and views carries a
+    comment, so that ``\\d+`` explains the schema (the Alembic version table aside)."""
+    archive, _ = pg_archive
+    with archive.engine.connect() as connection:
+        undescribed = connection.exec_driver_sql(
+            "SELECT c.relname || '.' || a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+            "WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'v') AND a.attnum > 0 "
+            "AND NOT a.attisdropped AND col_description(c.oid, a.attnum) IS NULL AND c.relname <> %(version)s",
+            {"version": VERSION_TABLE},
+        ).all()
+        tables = connection.exec_driver_sql(
+            "SELECT relname FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relkind = 'r' "
+            "AND obj_description(oid, 'pg_class') IS NULL AND relname <> %(version)s",
+            {"version": VERSION_TABLE},
+        ).all()
+        views = connection.exec_driver_sql(
+            "SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relkind = 'v'"
+        ).scalar_one()
+    assert undescribed == []
+    assert tables == []
+    assert views == 5
