@@ -114,3 +114,28 @@ def test_for_writing_takes_the_sqlite_write_lock_up_front(tmp_path: Path) -> Non
     finally:
         other.close()
         engine.dispose()
+
+
+@pytest.mark.parametrize("scoped", [False, True])
+def test_get_reuses_one_plan_on_postgresql(pg_archive: tuple[ChatArchive, str], scoped: bool) -> None:
+    """After psycopg prepares the read of one chat, PostgreSQL runs it with a
+    generic plan rather than planning every call (it would keep planning a
+    statement that takes an array of ids)."""
+    _, url = pg_archive
+    # One connection, so that every call's statements are in one server session.
+    with ChatArchive(url, pool_size=1, max_overflow=0) as archive:
+        archive.save_many(chat(f"c{n}", user_id="u") for n in range(12))
+        reader = archive.for_user("u") if scoped else archive
+        for n in range(25):  # psycopg prepares it at the 6th; PostgreSQL plans 5 times more
+            assert reader.get(f"c{n % 12}").chat_id == f"c{n % 12}"
+        with archive.engine.connect() as connection:
+            plans = connection.execute(
+                text(
+                    "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                    "WHERE statement LIKE '%json_agg%' AND statement LIKE '%FROM chats c WHERE%'"
+                )
+            ).all()
+    assert len(plans) == 1
+    generic, custom = plans[0]
+    assert generic >= 10
+    assert custom <= 5
