@@ -797,7 +797,7 @@ class ChatRepository:
         round trip and one snapshot, even under READ COMMITTED."""
         one = len(chat_ids) == 1
         statement = _pg_documents_query(scoped=self._user_id is not None, one=one)
-        params: dict[str, Any] = {"ids": chat_ids[0] if one else list(chat_ids)}
+        params: dict[str, Any] = {"chat_id": chat_ids[0]} if one else {"ids": list(chat_ids)}
         if self._user_id is not None:
             params["user_id"] = self._user_id
         found = self._session.execute(statement, params).mappings().all()
@@ -908,10 +908,12 @@ def _pg_documents_query(*, scoped: bool, one: bool) -> TextualSelect:
             f"FROM {table.name} x WHERE x.chat_id = c.chat_id) AS {table.name}"
         )
     owner = " AND c.user_id = :user_id" if scoped else ""
-    wanted = "c.chat_id = :ids" if one else "c.chat_id = ANY(:ids)"
+    wanted = "c.chat_id = :chat_id" if one else "c.chat_id = ANY(:ids)"
     statement = text(f"SELECT c.*, {', '.join(children)} FROM chats c WHERE {wanted}{owner}")
-    ids_type = ArchiveText() if one else postgresql.ARRAY(ArchiveText())
-    statement = statement.bindparams(bindparam("ids", type_=ids_type))
+    if one:
+        statement = statement.bindparams(bindparam("chat_id", type_=ArchiveText()))
+    else:
+        statement = statement.bindparams(bindparam("ids", type_=postgresql.ARRAY(ArchiveText())))
     if scoped:
         statement = statement.bindparams(bindparam("user_id", type_=ArchiveText()))
     return statement.columns(*chats.c, *(column(table.name, Text()) for table in _DOCUMENT_ORDER))
