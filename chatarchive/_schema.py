@@ -53,7 +53,7 @@ NAMING_CONVENTION = {
 
 #: The Alembic revision these models correspond to (a test keeps it equal to
 #: the newest migration).
-SCHEMA_REVISION = "0005"
+SCHEMA_REVISION = "0006"
 
 #: chatarchive's own Alembic version table, so that an application using Alembic
 #: for its own tables can share the database.
@@ -160,6 +160,8 @@ class MessageRow(Base):
 
     __table_args__ = (
         UniqueConstraint("chat_id", "uid"),
+        # Time ranges of message analytics (daily_usage since/until) read only that range.
+        Index(None, "created_at"),
         # Finds the tool message answering a call (the tool_call_results view).
         Index(
             "ix_messages_tool_results",

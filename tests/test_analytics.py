@@ -6,13 +6,13 @@ import asyncio
 import re
 import sqlite3
 from contextlib import closing
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import make_url, text
+from sqlalchemy import event, make_url, text
 from sqlalchemy.orm import Session
 
 from chatarchive import AsyncChatArchive, ChatArchive, ChatRepository, analytics
@@ -416,3 +416,42 @@ def test_rebuilding_the_search_index(own_archive: tuple[ChatArchive, str], throu
 async def _rebuild_async(url: str) -> None:
     async with AsyncChatArchive(url) as archive:
         await archive.rebuild_search_index()
+
+
+def test_a_time_range_of_daily_usage_reads_only_that_range(pg_archive: tuple[ChatArchive, str]) -> None:
+    """daily_usage since a recent day finds that day's messages through the index
+    on messages.created_at, instead of reading every message of the archive."""
+    archive, _ = pg_archive
+    start = datetime(2025, 1, 1, tzinfo=UTC)
+    archive.save_many(
+        {
+            "chat_id": f"day-{n}",
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": "hi", "created_at": (start + timedelta(days=n)).isoformat()},
+                {
+                    "role": "assistant",
+                    "content": "hello",
+                    "created_at": (start + timedelta(days=n)).isoformat(),
+                },
+            ],
+        }
+        for n in range(500)
+    )
+    with archive.engine.begin() as connection:
+        connection.exec_driver_sql("ANALYZE messages")
+    executed: list[tuple[str, Any]] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool) -> None:
+        executed.append((statement, parameters))
+
+    event.listen(archive.engine, "before_cursor_execute", record)
+    try:
+        rows = analytics.daily_usage(archive, since=start + timedelta(days=499))
+    finally:
+        event.remove(archive.engine, "before_cursor_execute", record)
+    assert [(row.day, row.chats, row.messages) for row in rows] == [(date(2026, 5, 15), 1, 2)]
+    (statement, parameters), *_ = [(s, p) for s, p in executed if "GROUP BY" in s]
+    with archive.engine.connect() as connection:
+        plan = connection.exec_driver_sql(f"EXPLAIN {statement}", parameters).scalars().all()
+    assert any("ix_messages_created_at" in line for line in plan), "\n".join(plan)
