@@ -105,6 +105,8 @@ def test_row_level_security_holds_for_raw_sql(pg_archive: tuple[ChatArchive, str
             assert owners in ([], [("alice-1",)]), table
         assert raw.execute("SELECT count(*) FROM messages").fetchone() == (5,)
         assert raw.execute("SELECT count(*) FROM chat_stats").fetchone() == (1,)
+        assert raw.execute("SELECT count(*) FROM message_texts").fetchone() == (5,)
+        assert raw.execute("SELECT sum(messages) FROM daily_usage").fetchone() == (5,)
         assert raw.execute("UPDATE chats SET title = 'x' WHERE chat_id = 'bob-1'").rowcount == 0
         assert raw.execute("DELETE FROM messages WHERE chat_id = 'bob-1'").rowcount == 0
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
