@@ -9,15 +9,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from functools import cache
-from typing import Any, NoReturn, TypedDict, Unpack
+from typing import Any, NoReturn, TypedDict, Unpack, cast
 
+import psycopg
 from sqlalchemy import (
+    Connection,
     Integer,
     Table,
-    Text,
-    bindparam,
     case,
-    column,
     delete,
     func,
     insert,
@@ -27,9 +26,8 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects import postgresql
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
-from sqlalchemy.sql.selectable import TextualSelect
 
 from ._document import (
     ChatDocument,
@@ -55,7 +53,7 @@ from ._rows import (
 )
 from ._schema import metadata
 from ._search import SearchHit, search_messages
-from ._types import ArchiveText, UTCDateTime, unescape_json_text
+from ._types import ArchiveText, UTCDateTime, escape_text, unescape_json_text
 
 __all__ = ["ChatChanges", "ChatRepository", "OnError"]
 
@@ -790,23 +788,6 @@ class ChatRepository:
             raise ConflictError(f"chat {chat_id!r} is at version {row['version']}, not {expected_version}")
         return row
 
-    def _rows_in_one_statement(
-        self, chat_ids: Sequence[str]
-    ) -> tuple[Sequence[Mapping[Any, Any]], _Children]:
-        """PostgreSQL: each child table aggregated to JSON by the server, so one
-        round trip and one snapshot, even under READ COMMITTED."""
-        one = len(chat_ids) == 1
-        statement = _pg_documents_query(scoped=self._user_id is not None, one=one)
-        params: dict[str, Any] = {"chat_id": chat_ids[0]} if one else {"ids": list(chat_ids)}
-        if self._user_id is not None:
-            params["user_id"] = self._user_id
-        found = self._session.execute(statement, params).mappings().all()
-        children = {
-            row["chat_id"]: {table: _json_rows(table, row[table.name]) for table in _DOCUMENT_ORDER}
-            for row in found
-        }
-        return found, children
-
     def _rows_table_by_table(self, chat_ids: Sequence[str]) -> tuple[_Rows, _Children]:
         """SQLite: one query per table (a transaction keeps one snapshot)."""
         found = (
@@ -864,35 +845,78 @@ class ChatRepository:
         """Whole documents for ``chat_ids`` in a fixed number of queries."""
         with self._read():
             if self._session.get_bind().dialect.name == "postgresql":
-                found, children = self._rows_in_one_statement(chat_ids)
-            else:
-                found, children = self._rows_table_by_table(chat_ids)
-        documents = {}
-        for chat in found:
-            rows = children[chat["chat_id"]]
-            documents[chat["chat_id"]] = document_from_rows(
-                chat,
-                [row["tag"] for row in rows[chat_tags]],
-                rows[messages],
-                rows[content_parts],
-                rows[tool_calls],
-                rows[feedback],
-                rows[message_chunks],
-            )
-        return [documents[chat_id] for chat_id in chat_ids if chat_id in documents]
+                return load_documents(self._session.connection(), chat_ids, user_id=self._user_id)
+            found, children = self._rows_table_by_table(chat_ids)
+        return _documents(chat_ids, found, children)
 
 
-#: The child columns the PostgreSQL read returns, in order (not chat_id).
-_CHILD_COLUMNS = {
-    table: tuple(column.name for column in table.columns if column.name != "chat_id")
-    for table in _DOCUMENT_ORDER
+def _documents(chat_ids: Sequence[str], found: _Rows, children: _Children) -> list[ChatDocument]:
+    """The documents of the chats found, in the order of ``chat_ids``."""
+    documents = {}
+    for chat in found:
+        rows = children[chat["chat_id"]]
+        documents[chat["chat_id"]] = document_from_rows(
+            chat,
+            [row["tag"] for row in rows[chat_tags]],
+            rows[messages],
+            rows[content_parts],
+            rows[tool_calls],
+            rows[feedback],
+            rows[message_chunks],
+        )
+    return [documents[chat_id] for chat_id in chat_ids if chat_id in documents]
+
+
+def load_documents(
+    connection: Connection, chat_ids: Sequence[str], *, user_id: str | None
+) -> list[ChatDocument]:
+    """PostgreSQL: whole documents for ``chat_ids`` (only ``user_id``'s, if
+    given) in one statement, so one round trip and one snapshot even under READ
+    COMMITTED, or outside a transaction."""
+    one = len(chat_ids) == 1
+    params: dict[str, Any] = (
+        {"chat_id": escape_text(chat_ids[0])} if one else {"ids": [escape_text(id_) for id_ in chat_ids]}
+    )
+    if user_id is not None:
+        params["user_id"] = escape_text(user_id)
+    found = []
+    children: _Children = {}
+    for (document,) in _fetch_all(connection, _pg_documents_sql(scoped=user_id is not None, one=one), params):
+        chat_values, *child_values = json.loads(unescape_json_text(document))
+        chat = dict(zip(_JSON_COLUMNS[chats], chat_values, strict=True))
+        found.append(chat)
+        children[chat["chat_id"]] = {
+            table: [dict(zip(_JSON_COLUMNS[table], values, strict=True)) for values in rows or ()]
+            for table, rows in zip(_DOCUMENT_ORDER, child_values, strict=True)
+        }
+    return _documents(chat_ids, found, children)
+
+
+#: The columns the PostgreSQL read returns of each table, in order (chat_id
+#: only for chats).
+_JSON_COLUMNS = {
+    table: tuple(column.name for column in table.columns if table is chats or column.name != "chat_id")
+    for table in (chats, *_DOCUMENT_ORDER)
 }
 
 
+def _json_values(table: Table, alias: str) -> str:
+    """The table's columns for ``json_build_array``; timestamps in UTC whatever
+    the session's TimeZone (JSON would show them in that zone)."""
+    values = []
+    for name in _JSON_COLUMNS[table]:
+        value = f"{alias}.{name}"
+        values.append(
+            f"({value} AT TIME ZONE 'UTC')" if isinstance(table.c[name].type, UTCDateTime) else value
+        )
+    return ", ".join(values)
+
+
 @cache
-def _pg_documents_query(*, scoped: bool, one: bool) -> TextualSelect:
-    """Chats with their child rows as JSON arrays of arrays, in one statement:
-    one round trip, and one snapshot even under READ COMMITTED.
+def _pg_documents_sql(*, scoped: bool, one: bool) -> str:
+    """Each chat as one JSON array: its row, then its child rows of each table
+    as arrays of arrays. One text value per chat is the cheapest result for the
+    driver to hand over and for Python to decode.
 
     ``one``: for a single chat id, compared with ``=``. Once psycopg has
     prepared the statement, PostgreSQL then reuses one generic plan instead of
@@ -901,29 +925,41 @@ def _pg_documents_query(*, scoped: bool, one: bool) -> TextualSelect:
     """
     children = []
     for table, order in _DOCUMENT_ORDER.items():
-        values = ", ".join(f"x.{name}" for name in _CHILD_COLUMNS[table])
         ordering = ", ".join(f"x.{column.name}" for column in order[1:])
         children.append(
-            f"(SELECT json_agg(json_build_array({values}) ORDER BY {ordering})::text "
-            f"FROM {table.name} x WHERE x.chat_id = c.chat_id) AS {table.name}"
+            f"(SELECT json_agg(json_build_array({_json_values(table, 'x')}) ORDER BY {ordering}) "
+            f"FROM {table.name} x WHERE x.chat_id = c.chat_id)"
         )
-    owner = " AND c.user_id = :user_id" if scoped else ""
-    wanted = "c.chat_id = :chat_id" if one else "c.chat_id = ANY(:ids)"
-    statement = text(f"SELECT c.*, {', '.join(children)} FROM chats c WHERE {wanted}{owner}")
-    if one:
-        statement = statement.bindparams(bindparam("chat_id", type_=ArchiveText()))
-    else:
-        statement = statement.bindparams(bindparam("ids", type_=postgresql.ARRAY(ArchiveText())))
-    if scoped:
-        statement = statement.bindparams(bindparam("user_id", type_=ArchiveText()))
-    return statement.columns(*chats.c, *(column(table.name, Text()) for table in _DOCUMENT_ORDER))
+    wanted = "c.chat_id = %(chat_id)s" if one else "c.chat_id = ANY(%(ids)s)"
+    owner = " AND c.user_id = %(user_id)s" if scoped else ""
+    return (
+        f"SELECT json_build_array(json_build_array({_json_values(chats, 'c')}), {', '.join(children)})::text "
+        f"FROM chats c WHERE {wanted}{owner}"
+    )
 
 
-def _json_rows(table: Table, aggregated: str | None) -> list[Mapping[Any, Any]]:
-    if aggregated is None:
-        return []
-    names = _CHILD_COLUMNS[table]
-    return [dict(zip(names, values, strict=True)) for values in json.loads(unescape_json_text(aggregated))]
+def _fetch_all(connection: Connection, sql: str, params: Mapping[str, Any]) -> Sequence[Sequence[Any]]:
+    """The rows of ``sql`` run on the psycopg connection under ``connection``.
+
+    For a read of one small row, SQLAlchemy's per-statement work costs about
+    as much as the database's, so it goes to the driver directly (the asyncio
+    API, whose driver is asynchronous, goes through SQLAlchemy). A lost
+    connection is invalidated and reported as SQLAlchemy reports its own.
+    """
+    proxied = connection.connection
+    driver = proxied.driver_connection
+    if not isinstance(driver, psycopg.Connection):
+        return connection.exec_driver_sql(sql, params).all()
+    try:
+        with driver.cursor() as cursor:
+            return cursor.execute(sql, params).fetchall()
+    except psycopg.Error as exc:
+        lost = connection.dialect.is_disconnect(cast(Any, exc), proxied.dbapi_connection, None)
+        if lost:
+            connection.invalidate(exc)
+        raise DBAPIError.instance(
+            sql, params, exc, psycopg.Error, connection_invalidated=lost, dialect=connection.dialect
+        ) from exc
 
 
 def _encode_cursor(updated_at: datetime, chat_id: str) -> str:

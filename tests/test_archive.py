@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,29 @@ def test_get_reuses_one_plan_on_postgresql(pg_archive: tuple[ChatArchive, str], 
     generic, custom = plans[0]
     assert generic >= 10
     assert custom <= 5
+
+
+def test_timestamps_read_back_in_utc_whatever_the_servers_time_zone(
+    pg_archive: tuple[ChatArchive, str],
+) -> None:
+    """The read builds JSON on the server, which prints timestamps in the
+    session's TimeZone; they must come back in UTC, as they went in."""
+    _, url = pg_archive
+    moment = "2026-01-01T00:00:00.250000Z"
+    doc = {
+        "chat_id": "zoned",
+        "created_at": moment,
+        "messages": [{"role": "user", "content": "hi", "created_at": moment}],
+        "feedback": [{"score": 1, "created_at": moment}],
+    }
+    with ChatArchive(url, connect_args={"options": "-c TimeZone=Asia/Kolkata"}) as archive:
+        archive.save(doc)
+        with archive.transaction() as repo:
+            in_transaction = repo.get("zoned")
+        for stored in (archive.get("zoned"), archive.get_many(["zoned"])[0], in_transaction):
+            data = stored.model_dump(mode="json")
+            assert data["created_at"] == moment
+            assert data["messages"][0]["created_at"] == moment
+            assert data["feedback"][0]["created_at"] == moment
+            assert stored.updated_at is not None
+            assert stored.updated_at.utcoffset() == timedelta(0)

@@ -438,3 +438,28 @@ def test_pooled_connections_recover_after_a_server_restart(pg_archive: tuple[Cha
     assert archive.get("before").chat_id == "before"
     archive.save(tool_chat("after"))
     assert [c.chat_id for c in archive.list_chats().items] == ["after", "before"]
+
+
+@pytest.mark.parametrize("scoped", [False, True])
+def test_a_read_on_a_connection_the_server_dropped_is_retried(
+    pg_archive: tuple[ChatArchive, str], monkeypatch: pytest.MonkeyPatch, scoped: bool
+) -> None:
+    archive, url = pg_archive
+    archive.save(tool_chat("kept", user_id="u"))
+    reader = archive.for_user("u") if scoped else archive
+    # Never ping at checkout: the first attempt must meet the dropped connection.
+    monkeypatch.setattr("chatarchive._engine.PING_AFTER_IDLE", float("inf"))
+    for read in (
+        lambda: reader.get("kept").chat_id,
+        lambda: [d.chat_id for d in reader.get_many(["kept", "missing"])],
+        lambda: [c.chat_id for c in reader.list_chats().items],
+    ):
+        expected = read()  # the pool now holds a connection
+        with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as killer:
+            killed = killer.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+        assert killed is not None
+        assert killed[0] >= 1
+        assert read() == expected
