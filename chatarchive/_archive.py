@@ -140,8 +140,9 @@ class ChatArchive:
 
     def _read(self, method: Callable[[ChatRepository], _T]) -> _T:
         """A read in a session: without a transaction on PostgreSQL (a read of
-        one statement needs none)."""
-        engine = self._reader
+        one statement needs none), except for a user's archive, whose
+        transaction tells row-level security who reads."""
+        engine = self._writer if self._user_id is not None else self._reader
 
         def in_session() -> _T:
             with Session(engine) as session, session.begin():

@@ -249,8 +249,10 @@ class AsyncChatArchive:
         self, *, savepoints: bool, reading: bool = False
     ) -> AsyncIterator[AsyncChatRepository]:
         await self._require_schema()
+        # A user's reads need a transaction too: it tells row-level security who reads.
+        engine = self._reader if reading and self._user_id is None else self._writer
         with database_errors():
-            async with AsyncSession(self._reader if reading else self._writer) as session, session.begin():
+            async with AsyncSession(engine) as session, session.begin():
                 yield AsyncChatRepository(
                     session, savepoints=savepoints, limits=self._limits, user_id=self._user_id
                 )

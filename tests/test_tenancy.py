@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 
@@ -9,7 +10,7 @@ import psycopg
 import pytest
 from sqlalchemy import make_url
 
-from chatarchive import ChatArchive, ChatNotFound, InvalidDocument
+from chatarchive import AsyncChatArchive, ChatArchive, ChatNotFound, InvalidDocument
 
 from .test_repository import tool_chat
 
@@ -120,3 +121,41 @@ def test_row_level_security_holds_for_raw_sql(pg_archive: tuple[ChatArchive, str
         bob.get("alice-1")
     archive.set_row_level_security(False)
     assert archive.row_level_security() is False
+
+
+def test_a_users_reads_tell_row_level_security_who_reads(
+    pg_archive: tuple[ChatArchive, str], app_role: str
+) -> None:
+    """Every read of a user's archive runs in a transaction that sets
+    chatarchive.user_id (outside one, the setting would not reach the read)."""
+    archive, url = pg_archive
+    archive.save(tool_chat("alice-1", user_id="alice"))
+    archive.save(tool_chat("bob-1", user_id="bob"))
+    archive.set_row_level_security(True)
+    with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as admin:
+        # Stricter than chatarchive's own policy: nothing is visible unless a user is set.
+        admin.execute(
+            "CREATE POLICY only_scoped ON chats AS RESTRICTIVE "
+            "USING (coalesce(current_setting('chatarchive.user_id', true), '') <> '')"
+        )
+    as_app = make_url(url).set(username=app_role).render_as_string(hide_password=False)
+    with ChatArchive(as_app) as app:
+        alice = app.for_user("alice")
+        assert alice.get("alice-1").chat_id == "alice-1"
+        assert [d.chat_id for d in alice.get_many(["alice-1", "bob-1"])] == ["alice-1"]
+        assert [c.chat_id for c in alice.list_chats().items] == ["alice-1"]
+        assert {hit.chat_id for hit in alice.search("42")} == {"alice-1"}
+        assert [d.chat_id for d in alice.export()] == ["alice-1"]
+        alice.append("alice-1", [{"role": "user", "content": "more"}])
+        assert len(alice.get("alice-1").messages) == 6
+        with pytest.raises(ChatNotFound):
+            app.get("alice-1")  # unscoped, so the stricter policy hides everything
+
+    async def through_asyncio() -> None:
+        async with AsyncChatArchive(as_app) as app:
+            alice = app.for_user("alice")
+            assert (await alice.get("alice-1")).chat_id == "alice-1"
+            assert [c.chat_id for c in (await alice.list_chats()).items] == ["alice-1"]
+            assert [d.chat_id for d in await alice.get_many(["alice-1", "bob-1"])] == ["alice-1"]
+
+    asyncio.run(through_asyncio())
