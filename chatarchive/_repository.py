@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
@@ -14,6 +15,7 @@ from typing import Any, NoReturn, TypedDict, Unpack, cast
 import psycopg
 from sqlalchemy import (
     Connection,
+    Double,
     Integer,
     Table,
     case,
@@ -883,10 +885,10 @@ def load_documents(
     children: _Children = {}
     for (document,) in _fetch_all(connection, _pg_documents_sql(scoped=user_id is not None, one=one), params):
         chat_values, *child_values = json.loads(unescape_json_text(document))
-        chat = dict(zip(_JSON_COLUMNS[chats], chat_values, strict=True))
+        chat = _json_row(chats, chat_values)
         found.append(chat)
         children[chat["chat_id"]] = {
-            table: [dict(zip(_JSON_COLUMNS[table], values, strict=True)) for values in rows or ()]
+            table: [_json_row(table, values) for values in rows or ()]
             for table, rows in zip(_DOCUMENT_ORDER, child_values, strict=True)
         }
     return _documents(chat_ids, found, children)
@@ -901,15 +903,35 @@ _JSON_COLUMNS = {
 
 
 def _json_values(table: Table, alias: str) -> str:
-    """The table's columns for ``json_build_array``; timestamps in UTC whatever
-    the session's TimeZone (JSON would show them in that zone)."""
+    """The table's columns for ``json_build_array``, printed the same whatever
+    the session's settings: timestamps in UTC (JSON would show them in the
+    session's TimeZone), doubles as their 8 bytes in hex (JSON would round them
+    to 15 digits under ``extra_float_digits = 0``)."""
     values = []
     for name in _JSON_COLUMNS[table]:
         value = f"{alias}.{name}"
-        values.append(
-            f"({value} AT TIME ZONE 'UTC')" if isinstance(table.c[name].type, UTCDateTime) else value
-        )
+        kind = table.c[name].type
+        if isinstance(kind, UTCDateTime):
+            value = f"({value} AT TIME ZONE 'UTC')"
+        elif isinstance(kind, Double):
+            value = f"encode(float8send({value}), 'hex')"
+        values.append(value)
     return ", ".join(values)
+
+
+#: The double columns of each table, read back from hex (see _json_values).
+_HEX_DOUBLES = {
+    table: tuple(name for name in _JSON_COLUMNS[table] if isinstance(table.c[name].type, Double))
+    for table in _JSON_COLUMNS
+}
+
+
+def _json_row(table: Table, values: Sequence[Any]) -> dict[str, Any]:
+    row = dict(zip(_JSON_COLUMNS[table], values, strict=True))
+    for name in _HEX_DOUBLES[table]:
+        if row[name] is not None:
+            (row[name],) = struct.unpack(">d", bytes.fromhex(row[name]))
+    return row
 
 
 @cache

@@ -142,27 +142,32 @@ def test_get_reuses_one_plan_on_postgresql(pg_archive: tuple[ChatArchive, str], 
     assert custom <= 5
 
 
-def test_timestamps_read_back_in_utc_whatever_the_servers_time_zone(
+def test_what_comes_back_does_not_depend_on_the_servers_settings(
     pg_archive: tuple[ChatArchive, str],
 ) -> None:
     """The read builds JSON on the server, which prints timestamps in the
-    session's TimeZone; they must come back in UTC, as they went in."""
+    session's TimeZone and rounds doubles to 15 digits under
+    extra_float_digits = 0; both must come back exactly as they went in."""
     _, url = pg_archive
     moment = "2026-01-01T00:00:00.250000Z"
+    scores = [0.30000000000000004, 1e-300, 123456789.12345679, -2.5, 5, -1]
     doc = {
-        "chat_id": "zoned",
+        "chat_id": "settings",
         "created_at": moment,
         "messages": [{"role": "user", "content": "hi", "created_at": moment}],
-        "feedback": [{"score": 1, "created_at": moment}],
+        "feedback": [{"id": f"f{n}", "score": score, "created_at": moment} for n, score in enumerate(scores)],
     }
-    with ChatArchive(url, connect_args={"options": "-c TimeZone=Asia/Kolkata"}) as archive:
+    options = "-c TimeZone=Asia/Kolkata -c extra_float_digits=0"
+    with ChatArchive(url, connect_args={"options": options}) as archive:
         archive.save(doc)
         with archive.transaction() as repo:
-            in_transaction = repo.get("zoned")
-        for stored in (archive.get("zoned"), archive.get_many(["zoned"])[0], in_transaction):
+            in_transaction = repo.get("settings")
+        for stored in (archive.get("settings"), archive.get_many(["settings"])[0], in_transaction):
             data = stored.model_dump(mode="json")
             assert data["created_at"] == moment
             assert data["messages"][0]["created_at"] == moment
-            assert data["feedback"][0]["created_at"] == moment
+            assert [item["created_at"] for item in data["feedback"]] == [moment] * len(scores)
+            assert [item.score for item in stored.feedback] == scores
+            assert [type(item.score) for item in stored.feedback] == [type(score) for score in scores]
             assert stored.updated_at is not None
             assert stored.updated_at.utcoffset() == timedelta(0)
