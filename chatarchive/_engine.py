@@ -90,10 +90,32 @@ def _add_statement_timeout(url: URL, seconds: float | None, options: dict[str, A
 
 
 def _set_up(engine: Engine, url: URL, options: dict[str, Any]) -> None:
-    if url.get_backend_name() == "postgresql" and not options.get("pool_pre_ping"):
-        _ping_idle_connections(engine)
+    if url.get_backend_name() == "postgresql":
+        _iso_dates(engine)
+        if not options.get("pool_pre_ping"):
+            _ping_idle_connections(engine)
     if url.get_backend_name() == "sqlite":
         _set_up_sqlite(engine, in_memory=url.database in (None, "", ":memory:"))
+
+
+def _iso_dates(engine: Engine) -> None:
+    """Make PostgreSQL print dates in ISO format on every connection: psycopg
+    reads no other (a server or role set to ``DateStyle = 'German'``, say,
+    made every read of a timestamp fail). The server's setting is known from
+    the connection's start-up, so connections to ISO servers cost nothing."""
+
+    @event.listens_for(engine, "connect")
+    def _set_iso(dbapi_connection: Any, _record: Any) -> None:
+        # The asyncio driver's connection comes wrapped by SQLAlchemy.
+        driver = getattr(dbapi_connection, "driver_connection", dbapi_connection)
+        style = driver.info.parameter_status("DateStyle") or "ISO"
+        if not style.startswith("ISO"):
+            order = style.rpartition(",")[2].strip() if "," in style else "MDY"
+            cursor = dbapi_connection.cursor()
+            cursor.execute(f"SET DateStyle = 'ISO, {order}'")
+            cursor.close()
+            if not dbapi_connection.autocommit:
+                dbapi_connection.commit()
 
 
 def _ping_idle_connections(engine: Engine) -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from sqlalchemy import text
 
 from chatarchive import (
     DEFAULT_URL,
+    AsyncChatArchive,
     ChatArchive,
     ChatDocument,
     ChatNotFound,
@@ -147,7 +149,8 @@ def test_what_comes_back_does_not_depend_on_the_servers_settings(
 ) -> None:
     """The read builds JSON on the server, which prints timestamps in the
     session's TimeZone and rounds doubles to 15 digits under
-    extra_float_digits = 0; both must come back exactly as they went in."""
+    extra_float_digits = 0; both must come back exactly as they went in. And
+    psycopg parses timestamps in no DateStyle but ISO."""
     _, url = pg_archive
     moment = "2026-01-01T00:00:00.250000Z"
     scores = [0.30000000000000004, 1e-300, 123456789.12345679, -2.5, 5, -1]
@@ -157,12 +160,28 @@ def test_what_comes_back_does_not_depend_on_the_servers_settings(
         "messages": [{"role": "user", "content": "hi", "created_at": moment}],
         "feedback": [{"id": f"f{n}", "score": score, "created_at": moment} for n, score in enumerate(scores)],
     }
-    options = "-c TimeZone=Asia/Kolkata -c extra_float_digits=0"
-    with ChatArchive(url, connect_args={"options": options}) as archive:
+    options = {"options": "-c TimeZone=Asia/Kolkata -c extra_float_digits=0 -c DateStyle=German"}
+    with ChatArchive(url, connect_args=options) as archive:
         archive.save(doc)
         with archive.transaction() as repo:
             in_transaction = repo.get("settings")
-        for stored in (archive.get("settings"), archive.get_many(["settings"])[0], in_transaction):
+        (summary,) = archive.list_chats().items
+        assert summary.created_at == datetime(2026, 1, 1, 0, 0, 0, 250000, tzinfo=UTC)
+
+    async def through_asyncio() -> ChatDocument:
+        async with AsyncChatArchive(url, connect_args=options) as archive:
+            (summary,) = (await archive.list_chats()).items
+            assert summary.created_at == datetime(2026, 1, 1, 0, 0, 0, 250000, tzinfo=UTC)
+            return await archive.get("settings")
+
+    async_read = asyncio.run(through_asyncio())
+    with ChatArchive(url, connect_args=options) as archive:
+        for stored in (
+            archive.get("settings"),
+            archive.get_many(["settings"])[0],
+            in_transaction,
+            async_read,
+        ):
             data = stored.model_dump(mode="json")
             assert data["created_at"] == moment
             assert data["messages"][0]["created_at"] == moment
