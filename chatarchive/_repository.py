@@ -28,8 +28,10 @@ from sqlalchemy import (
     tuple_,
     update,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import TextClause
 
 from ._document import (
     ChatDocument,
@@ -883,7 +885,9 @@ def load_documents(
         params["user_id"] = escape_text(user_id)
     found = []
     children: _Children = {}
-    for (document,) in _fetch_all(connection, _pg_documents_sql(scoped=user_id is not None, one=one), params):
+    for (document,) in _fetch_all(
+        connection, _pg_documents_query(scoped=user_id is not None, one=one), params
+    ):
         chat_values, *child_values = json.loads(unescape_json_text(document))
         chat = _json_row(chats, chat_values)
         found.append(chat)
@@ -935,7 +939,7 @@ def _json_row(table: Table, values: Sequence[Any]) -> dict[str, Any]:
 
 
 @cache
-def _pg_documents_sql(*, scoped: bool, one: bool) -> str:
+def _pg_documents_query(*, scoped: bool, one: bool) -> TextClause:
     """Each chat as one JSON array: its row, then its child rows of each table
     as arrays of arrays. One text value per chat is the cheapest result for the
     driver to hand over and for Python to decode.
@@ -952,26 +956,39 @@ def _pg_documents_sql(*, scoped: bool, one: bool) -> str:
             f"(SELECT json_agg(json_build_array({_json_values(table, 'x')}) ORDER BY {ordering}) "
             f"FROM {table.name} x WHERE x.chat_id = c.chat_id)"
         )
-    wanted = "c.chat_id = %(chat_id)s" if one else "c.chat_id = ANY(%(ids)s)"
-    owner = " AND c.user_id = %(user_id)s" if scoped else ""
-    return (
+    wanted = "c.chat_id = :chat_id" if one else "c.chat_id = ANY(:ids)"
+    owner = " AND c.user_id = :user_id" if scoped else ""
+    return text(
         f"SELECT json_build_array(json_build_array({_json_values(chats, 'c')}), {', '.join(children)})::text "
         f"FROM chats c WHERE {wanted}{owner}"
     )
 
 
-def _fetch_all(connection: Connection, sql: str, params: Mapping[str, Any]) -> Sequence[Sequence[Any]]:
-    """The rows of ``sql`` run on the psycopg connection under ``connection``.
+_PSYCOPG = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
+
+
+@cache
+def _psycopg_sql(statement: TextClause) -> str:
+    """The statement as psycopg takes it (``%(name)s`` parameters)."""
+    return str(statement.compile(dialect=_PSYCOPG))
+
+
+def _fetch_all(
+    connection: Connection, statement: TextClause, params: Mapping[str, Any]
+) -> Sequence[Sequence[Any]]:
+    """The rows of ``statement`` (with untyped parameters), run on the psycopg
+    connection under ``connection``.
 
     For a read of one small row, SQLAlchemy's per-statement work costs about
-    as much as the database's, so it goes to the driver directly (the asyncio
-    API, whose driver is asynchronous, goes through SQLAlchemy). A lost
-    connection is invalidated and reported as SQLAlchemy reports its own.
+    as much as the database's, so it goes to the driver directly (other
+    drivers, and the asyncio API's, go through SQLAlchemy). A lost connection
+    is invalidated and reported as SQLAlchemy reports its own.
     """
     proxied = connection.connection
     driver = proxied.driver_connection
     if not isinstance(driver, psycopg.Connection):
-        return connection.exec_driver_sql(sql, params).all()
+        return connection.execute(statement, params).all()
+    sql = _psycopg_sql(statement)
     try:
         with driver.cursor() as cursor:
             return cursor.execute(sql, params).fetchall()
