@@ -12,6 +12,8 @@ from sqlalchemy import URL, Engine, event, make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ._exceptions import DatabaseError
+
 __all__ = [
     "DEFAULT_URL",
     "PING_AFTER_IDLE",
@@ -91,11 +93,31 @@ def _add_statement_timeout(url: URL, seconds: float | None, options: dict[str, A
 
 def _set_up(engine: Engine, url: URL, options: dict[str, Any]) -> None:
     if url.get_backend_name() == "postgresql":
+        _require_utf8(engine)
         _iso_dates(engine)
         if not options.get("pool_pre_ping"):
             _ping_idle_connections(engine)
     if url.get_backend_name() == "sqlite":
         _set_up_sqlite(engine, in_memory=url.database in (None, "", ":memory:"))
+
+
+def _require_utf8(engine: Engine) -> None:
+    """Refuse a database that cannot hold any Unicode text, before any use:
+    in a LATIN1 database a save failed with the driver's UnicodeEncodeError,
+    and SQL_ASCII sends bytes that SQLAlchemy cannot even start with."""
+
+    # Before the dialect's own first-connect work, which fails on SQL_ASCII.
+    @event.listens_for(engine, "first_connect", insert=True)
+    def _check(dbapi_connection: Any, _record: Any) -> None:
+        info = getattr(dbapi_connection, "driver_connection", dbapi_connection).info
+        encoding = info.parameter_status("server_encoding")
+        if isinstance(encoding, bytes):
+            encoding = encoding.decode("ascii", "replace")
+        if encoding not in (None, "UTF8"):
+            raise DatabaseError(
+                f"database {info.dbname!r} is encoded {encoding}: chatarchive keeps any Unicode text and "
+                "needs a UTF8 database (CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0)"
+            )
 
 
 def _iso_dates(engine: Engine) -> None:

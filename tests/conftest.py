@@ -69,15 +69,16 @@ def require_postgresql() -> URL:
 
 
 @contextmanager
-def throwaway_database(dialect: str, directory: Path) -> Iterator[URL]:
-    """A new, empty database that is dropped afterwards."""
+def throwaway_database(dialect: str, directory: Path, pg_options: str = "") -> Iterator[URL]:
+    """A new, empty database that is dropped afterwards (``pg_options``: more
+    of PostgreSQL's CREATE DATABASE)."""
     if dialect == "sqlite":
         yield make_url(f"sqlite:///{directory / f'archive-{uuid.uuid4().hex[:8]}.db'}")
         return
     server = require_postgresql()
     name = f"chatarchive_test_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(_libpq(server), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}" {pg_options}')
     try:
         yield server.set(database=name)
     finally:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from sqlalchemy import text
 
 from chatarchive import (
@@ -17,11 +18,15 @@ from chatarchive import (
     ChatDocument,
     ChatNotFound,
     ConflictError,
+    DatabaseError,
     InvalidDocument,
     create_engine,
     database_url,
     for_writing,
 )
+from chatarchive._cli import main
+
+from .conftest import throwaway_database
 
 
 def chat(chat_id: str, text: str = "hi", **fields: object) -> ChatDocument:
@@ -190,3 +195,16 @@ def test_what_comes_back_does_not_depend_on_the_servers_settings(
             assert [type(item.score) for item in stored.feedback] == [type(score) for score in scores]
             assert stored.updated_at is not None
             assert stored.updated_at.utcoffset() == timedelta(0)
+
+
+@pytest.mark.parametrize("encoding", ["LATIN1", "SQL_ASCII"])
+def test_a_database_that_cannot_hold_any_text_is_refused_up_front(tmp_path: Path, encoding: str) -> None:
+    options = f"ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
+    with throwaway_database("postgresql", tmp_path, options) as url:
+        with ChatArchive(url) as archive, pytest.raises(DatabaseError, match=f"encoded {encoding}: .* UTF8"):
+            archive.upgrade()
+        result = CliRunner().invoke(
+            main, ["--db", url.render_as_string(hide_password=False), "db", "upgrade"]
+        )
+        assert result.exit_code == 1
+        assert f"encoded {encoding}" in result.output
