@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from functools import partial
+from queue import Queue
 from types import TracebackType
 from typing import Any, Self, TypeVar, Unpack
 
@@ -15,8 +17,15 @@ from sqlalchemy.orm import Session
 
 from ._document import ChatDocument, ChatPage, Feedback, Limits, Message
 from ._engine import create_engine, for_reading, for_writing
-from ._exceptions import ChatNotFound, DatabaseError, InvalidDocument, SchemaNotReady, database_errors
-from ._ingest import prepared_batches
+from ._exceptions import (
+    ChatArchiveError,
+    ChatNotFound,
+    DatabaseError,
+    InvalidDocument,
+    SchemaNotReady,
+    database_errors,
+)
+from ._ingest import PreparedBatch, prepared_batches, split_by_chat
 from ._repository import ChatChanges, ChatRepository, OnError, load_documents
 from ._schema import SCHEMA_REVISION, VERSION_TABLE
 from ._search import SearchHit, rebuild_search_index
@@ -198,6 +207,7 @@ class ChatArchive:
         batch_size: int = 250,
         bulk: bool = False,
         on_error: OnError | None = None,
+        writers: int = 1,
     ) -> int:
         """Save many chats fast; see :meth:`ChatRepository.save_many`.
 
@@ -206,20 +216,88 @@ class ChatArchive:
         simply replaces what was saved. With ``bulk=True`` the whole load is one
         transaction holding exclusive locks on the archive's tables. For an
         all-or-nothing import, call ``save_many`` on :meth:`transaction`'s repository.
+
+        ``writers``: on PostgreSQL, write with that many connections at once,
+        each chat always through the same one (so the later copy of a chat
+        still wins); the database then indexes text on as many cores. Not with
+        ``bulk``; on SQLite, which has one writer at a time, it changes nothing.
+        ``on_error`` is then called from the writers' threads, one call at a time.
         """
+        if writers < 1:
+            raise InvalidDocument("writers must be at least 1", field="writers")
         if bulk:
+            if writers > 1:
+                raise InvalidDocument("a bulk load is one transaction: it has one writer", field="writers")
             return self._call(
                 lambda repo: repo.save_many(docs, batch_size=batch_size, bulk=True, on_error=on_error)
             )
         if batch_size < 1:
             raise InvalidDocument("batch_size must be at least 1", field="batch_size")
         self._require_schema()
-        saved = 0
         batches = prepared_batches(docs, batch_size, stop_at_error=on_error is None, limits=self._limits)
+        if writers > 1 and self._postgres:
+            return self._save_in_parallel(batches, writers, on_error)
+        saved = 0
         for batch in batches:
             with self._session(savepoints=False) as repo:
                 saved += repo._save_prepared(batch, on_error)
         return saved
+
+    def _save_in_parallel(
+        self, batches: Iterator[PreparedBatch], writers: int, on_error: OnError | None
+    ) -> int:
+        """Each batch split by chat among ``writers`` threads, each writing its
+        share in its own transactions. After a failure the writers finish what
+        they were given (earlier batches are saved, as with one writer) and
+        the first error is raised."""
+        lock = threading.Lock()
+        report: OnError | None = None
+        if on_error is not None:
+
+            def report(index: int, error: ChatArchiveError) -> None:
+                with lock:
+                    on_error(index, error)
+
+        queues: list[Queue[PreparedBatch | None]] = [Queue(maxsize=2) for _ in range(writers)]
+        saved = [0] * writers
+        failures: list[BaseException] = []
+
+        def write(number: int) -> None:
+            while (batch := queues[number].get()) is not None:
+                if failures:
+                    continue  # another writer failed: stop writing, keep draining
+                try:
+                    with self._session(savepoints=False) as repo:
+                        saved[number] += repo._save_prepared(batch, report)
+                except BaseException as exc:  # raised by the caller's thread below
+                    with lock:
+                        failures.append(exc)
+
+        threads = [
+            threading.Thread(target=write, args=(number,), name=f"chatarchive-writer-{number}", daemon=True)
+            for number in range(writers)
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            for batch in batches:
+                if failures:
+                    break
+                for index, error in batch.errors:
+                    if report is None:
+                        raise error
+                    report(index, error)
+                for number, part in enumerate(split_by_chat(batch, writers)):
+                    if part.documents:
+                        queues[number].put(part)
+        finally:
+            for queue in queues:
+                queue.put(None)
+            for thread in threads:
+                thread.join()
+        if failures:
+            raise failures[0]
+        return sum(saved)
 
     def get(self, chat_id: str) -> ChatDocument:
         """The stored chat; see :meth:`ChatRepository.get`."""

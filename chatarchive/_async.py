@@ -25,7 +25,7 @@ from ._archive import row_level_security_of, set_row_level_security_on
 from ._document import ChatDocument, ChatPage, Feedback, Limits, Message
 from ._engine import create_async_engine, for_reading, for_writing
 from ._exceptions import InvalidDocument, SchemaNotReady, database_errors
-from ._ingest import prepared_batches
+from ._ingest import PreparedBatch, prepared_batches, split_by_chat
 from ._migrations import migrate, problems_of, revision_of
 from ._repository import ChatChanges, ChatRepository, OnError
 from ._schema import SCHEMA_REVISION, VERSION_TABLE
@@ -296,25 +296,49 @@ class AsyncChatArchive:
         batch_size: int = 250,
         bulk: bool = False,
         on_error: OnError | None = None,
+        writers: int = 1,
     ) -> int:
-        """Each batch in its own transaction (``bulk``: all in one); see :meth:`ChatArchive.save_many`."""
+        """Each batch in its own transaction (``bulk``: all in one); see :meth:`ChatArchive.save_many`.
+        With ``writers``, each batch's share of every writer is written concurrently, and the
+        next batch starts when they are all done."""
+        if writers < 1:
+            raise InvalidDocument("writers must be at least 1", field="writers")
         if bulk:
+            if writers > 1:
+                raise InvalidDocument("a bulk load is one transaction: it has one writer", field="writers")
             return await self._call(
                 lambda repo: repo.save_many(docs, batch_size=batch_size, bulk=True, on_error=on_error)
             )
         if batch_size < 1:
             raise InvalidDocument("batch_size must be at least 1", field="batch_size")
+        if self._engine.dialect.name != "postgresql":
+            writers = 1  # one writer at a time
         saved = 0
         batches = prepared_batches(docs, batch_size, stop_at_error=on_error is None, limits=self._limits)
         try:
             # Waiting for the preparation thread happens off the event loop.
             while (batch := await asyncio.to_thread(next, batches, None)) is not None:
-                saved += await self._call(
-                    partial(ChatRepository._save_prepared, batch=batch, on_error=on_error)
+                if writers == 1:
+                    saved += await self._save_prepared(batch, on_error)
+                    continue
+                for index, error in batch.errors:
+                    if on_error is None:
+                        raise error
+                    on_error(index, error)
+                parts = [part for part in split_by_chat(batch, writers) if part.documents]
+                results = await asyncio.gather(
+                    *(self._save_prepared(part, on_error) for part in parts), return_exceptions=True
                 )
+                for result in results:
+                    if isinstance(result, BaseException):
+                        raise result
+                    saved += result
         finally:
             await asyncio.to_thread(batches.close)
         return saved
+
+    async def _save_prepared(self, batch: PreparedBatch, on_error: OnError | None) -> int:
+        return await self._call(partial(ChatRepository._save_prepared, batch=batch, on_error=on_error))
 
     async def get(self, chat_id: str) -> ChatDocument:
         return await self._read(lambda repo: repo.get(chat_id))

@@ -65,6 +65,10 @@ class BenchReport:
                 "ingest_save_many_no_search_index", "ingest_jsonb_per_message"
             ),
             "save_many / JSONB row per message": self.ratio("ingest_save_many", "ingest_jsonb_per_message"),
+            "save_many, 2 writers / 1 writer": self.ratio("ingest_save_many_2_writers", "ingest_save_many"),
+            "save_many, 2 writers / JSONB row per message": self.ratio(
+                "ingest_save_many_2_writers", "ingest_jsonb_per_message"
+            ),
             "bulk / raw COPY (primary keys only)": self.ratio("ingest_bulk", "ingest_raw_copy_pk_only"),
             "JSONB doc per chat / raw COPY (primary keys only)": self.ratio(
                 "ingest_jsonb_per_chat", "ingest_raw_copy_pk_only"
@@ -237,6 +241,8 @@ class _Bench:
                 "ingest_raw_copy_pk_only": lambda: self._time_raw_copy(rows, "bench_pk_only"),
                 "ingest_jsonb_per_chat": self._time_jsonb_per_chat,
                 "ingest_jsonb_per_message": self._time_jsonb_per_message,
+                # As many connections as cores: the server indexes text on each.
+                "ingest_save_many_2_writers": lambda: self._time_save_many(writers=2),
                 # The full-text index costs more than everything else together:
                 # the same two measures without it show the rest of the cost.
                 "ingest_save_many_no_search_index": lambda: self._without_search_index(self._time_save_many),
@@ -276,10 +282,10 @@ class _Bench:
                 for statement in definitions:
                     connection.execute(text(statement))
 
-    def _time_save_many(self) -> float:
+    def _time_save_many(self, writers: int = 1) -> float:
         self._truncate()
         start = time.perf_counter()
-        self.archive.save_many(self.docs)
+        self.archive.save_many(self.docs, writers=writers)
         return time.perf_counter() - start
 
     def _time_bulk(self) -> float:

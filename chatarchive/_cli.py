@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import json
 import sys
-from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -179,6 +178,13 @@ def db_rls(state: str) -> None:
     "--batch-size", default=250, show_default=True, type=click.IntRange(min=1), help="Chats per batch."
 )
 @click.option(
+    "--writers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Write through this many connections at once (PostgreSQL; not with --strict or --bulk).",
+)
+@click.option(
     "--format",
     "fmt",
     type=click.Choice(["auto", *IMPORT_FORMATS]),
@@ -186,7 +192,9 @@ def db_rls(state: str) -> None:
     show_default=True,
     help="The records' format; auto detects it for each record.",
 )
-def import_(paths: tuple[str, ...], strict: bool, bulk: bool, batch_size: int, fmt: str) -> None:
+def import_(
+    paths: tuple[str, ...], strict: bool, bulk: bool, batch_size: int, writers: int, fmt: str
+) -> None:
     """Import chats from JSON or JSON Lines files ('-' reads standard input).
 
     A file may hold one record, a list of records, or JSON Lines of them; a
@@ -196,11 +204,15 @@ def import_(paths: tuple[str, ...], strict: bool, bulk: bool, batch_size: int, f
     same chat_id are replaced. Bad records are reported with file and line;
     the good ones are kept (unless --strict).
     """
+    if writers > 1 and (strict or bulk):
+        raise click.UsageError("--writers takes one transaction per batch: not with --strict or --bulk")
     archive = _state().archive
     failed = 0
-    # Where the documents in flight came from: a failed write names one of the
-    # current batch, so the last batch_size documents are enough to remember.
-    in_flight: deque[tuple[int, str]] = deque(maxlen=batch_size + 1)
+    # Where the documents in flight came from, by their index: a failed write
+    # names one of the batches being prepared or written. Added to by the
+    # thread that reads the input, looked up (a single dict.get) by the writers.
+    in_flight: dict[int, str] = {}
+    remembered = batch_size * (6 + 3 * writers)
 
     def report(where: str, reason: object) -> None:
         nonlocal failed
@@ -210,7 +222,7 @@ def import_(paths: tuple[str, ...], strict: bool, bulk: bool, batch_size: int, f
         _stderr.print(f"{where}: {reason}", markup=False)
 
     def on_error(index: int, error: ChatArchiveError) -> None:
-        report(next((where for i, where in in_flight if i == index), "?"), error)
+        report(in_flight.get(index, "?"), error)
 
     def documents(advance: Callable[[], None]) -> Iterator[ChatDocument]:
         positions = count()
@@ -221,7 +233,9 @@ def import_(paths: tuple[str, ...], strict: bool, bulk: bool, batch_size: int, f
             except ChatArchiveError as exc:
                 report(record.where, exc)
                 continue
-            in_flight.append((next(positions), record.where))
+            in_flight[next(positions)] = record.where
+            if len(in_flight) > remembered:
+                del in_flight[next(iter(in_flight))]
             yield document
 
     with _progress() as advance:
@@ -232,7 +246,7 @@ def import_(paths: tuple[str, ...], strict: bool, bulk: bool, batch_size: int, f
                 )
         else:
             imported = archive.save_many(
-                documents(advance), batch_size=batch_size, bulk=bulk, on_error=on_error
+                documents(advance), batch_size=batch_size, bulk=bulk, on_error=on_error, writers=writers
             )
     summary = f"imported {imported} chat{'s' if imported != 1 else ''}"
     _stderr.print(summary + (f", {failed} failed" if failed else ""))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+import zlib
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -28,7 +29,15 @@ from ._exceptions import InvalidDocument
 from ._rows import ChatRows, document_to_rows
 from ._types import ArchiveText, JsonObject, UTCDateTime, escape_text, postgres_json_text
 
-__all__ = ["CopyPlan", "PreparedBatch", "RowWriter", "copy_plan", "prepared_batches", "row_writer"]
+__all__ = [
+    "CopyPlan",
+    "PreparedBatch",
+    "RowWriter",
+    "copy_plan",
+    "prepared_batches",
+    "row_writer",
+    "split_by_chat",
+]
 
 
 @dataclass
@@ -40,6 +49,18 @@ class PreparedBatch:
     documents: dict[str, tuple[int, ChatRows]] = field(default_factory=dict)
     errors: list[tuple[int, InvalidDocument]] = field(default_factory=list)
     size: int = 0
+
+
+def split_by_chat(batch: PreparedBatch, parts: int) -> list[PreparedBatch]:
+    """The batch's documents in ``parts`` batches, each chat always in the same
+    part (by a hash of its id), so that parallel writers never touch the same
+    chat and the later copy of a chat is written after the earlier one."""
+    split = [PreparedBatch() for _ in range(parts)]
+    for chat_id, item in batch.documents.items():
+        part = split[zlib.crc32(chat_id.encode("utf-8", "surrogatepass")) % parts]
+        part.documents[chat_id] = item
+        part.size += 1
+    return split
 
 
 class _Failure:

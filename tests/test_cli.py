@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import URL
 
+from chatarchive import create_engine
 from chatarchive._schema import SCHEMA_REVISION
 
 CHATARCHIVE = str(Path(sys.executable).with_name("chatarchive"))
@@ -205,7 +206,9 @@ def test_bench_reports_every_figure(run: Run, dialect: str) -> None:
         assert figures[name] > 0
     if dialect == "postgresql":
         assert figures["ingest_raw_copy_own"] > 0
+        assert figures["ingest_save_many_2_writers"] > 0
         assert report["ratios"]["save_many / raw COPY (own schema)"] > 0
+        assert report["ratios"]["save_many, 2 writers / 1 writer"] > 0
     assert run("db", "current").stdout.strip() == "none"  # ran in a throwaway database
 
 
@@ -245,3 +248,35 @@ def test_stats_and_search(run: Run, tmp_path: Path) -> None:
     assert json.loads(run("search", "primer dimers", "--json").stdout) == hits
     assert "no matches" in run("search", "'&:*").stderr
     run("stats", "--by", "planet", expect=2)
+
+
+def test_import_with_writers_traces_a_refused_chat_to_its_line(
+    run: Run, tmp_path: Path, empty_database: URL
+) -> None:
+    run("db", "upgrade")
+    engine = create_engine(empty_database)
+    with engine.begin() as connection:  # the database refuses one chat, valid as it is
+        if engine.dialect.name == "sqlite":
+            connection.exec_driver_sql(
+                "CREATE TRIGGER refuse BEFORE INSERT ON chats WHEN NEW.chat_id = 'refused' "
+                "BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END"
+            )
+        else:
+            connection.exec_driver_sql(
+                "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "IF NEW.chat_id = 'refused' THEN RAISE EXCEPTION 'refused by a trigger'; END IF; "
+                "RETURN NEW; END $$"
+            )
+            connection.exec_driver_sql(
+                "CREATE TRIGGER refuse BEFORE INSERT ON chats FOR EACH ROW EXECUTE FUNCTION refuse()"
+            )
+    engine.dispose()
+    lines = [json.dumps({**DOC, "chat_id": f"doc-{n}"}) for n in range(30)]
+    lines[17] = json.dumps({**DOC, "chat_id": "refused"})
+    path = write(tmp_path / "many.jsonl", "\n".join(lines))
+    result = run("import", "--writers", "3", "--batch-size", "4", path, expect=1)
+    assert f"{path}:18: " in result.stderr
+    assert "refused by a trigger" in result.stderr
+    assert "imported 29 chats, 1 failed" in result.stderr
+    assert len(run("export").stdout.splitlines()) == 29
+    assert "not with --strict" in run("import", "--writers", "2", "--strict", path, expect=2).stderr

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy import Connection, Engine, inspect, select, text
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
 
-from chatarchive import ChatArchive, ChatArchiveError, ChatDocument, ChatRepository, InvalidDocument
+from chatarchive import (
+    AsyncChatArchive,
+    ChatArchive,
+    ChatArchiveError,
+    ChatDocument,
+    ChatRepository,
+    InvalidDocument,
+)
 from chatarchive._rows import ChatRows, document_to_rows
 from chatarchive._schema import PG_SEARCH_INDEXES, metadata
 from chatarchive._workload import generate_chats
@@ -204,3 +213,95 @@ def test_the_producer_stops_when_the_consumer_fails(repo: ChatRepository) -> Non
     with pytest.raises(InvalidDocument):
         repo.save_many(endless(), batch_size=5)
     assert consumed < 60  # read ahead by a bounded number of batches, then stopped
+
+
+def _emptied(engine: Engine) -> None:
+    with engine.begin() as connection:
+        for table in reversed(metadata.sorted_tables):
+            connection.execute(table.delete())
+
+
+def _stored(engine: Engine) -> dict[str, list[Any]]:
+    with engine.connect() as connection:
+        return snapshot(Session(bind=connection))
+
+
+def test_parallel_writers_store_the_same_rows(archive: ChatArchive, engine: Engine) -> None:
+    docs = list(generate_chats(40, 6, seed=5))
+    assert archive.save_many(docs, batch_size=7) == 40
+    one_writer = _stored(engine)
+    _emptied(engine)
+    assert archive.save_many(iter(docs), batch_size=7, writers=3) == 40
+    assert _stored(engine) == one_writer
+
+
+def test_parallel_writers_keep_the_later_copy_of_a_chat(archive: ChatArchive, engine: Engine) -> None:
+    docs = list(generate_chats(40, 4))
+    archive.save_many(docs, writers=3)
+    # Batches of 4: the first copies of four chats, then their second copies in the next batch.
+    copies = []
+    for start in range(0, 40, 4):
+        copies += [{**doc, "title": "first"} for doc in docs[start : start + 4]]
+        copies += [{**doc, "title": "second"} for doc in docs[start : start + 4]]
+    assert archive.save_many(copies, batch_size=4, writers=3) == 80
+    with engine.connect() as connection:
+        rows = connection.execute(text("SELECT title, version FROM chats")).all()
+    assert sorted(rows) == [("second", 3)] * 40
+
+
+def test_parallel_writers_report_every_error(archive: ChatArchive, monkeypatch: pytest.MonkeyPatch) -> None:
+    original = document_to_rows
+
+    def corrupt(doc: ChatDocument, **kwargs: Any) -> ChatRows:
+        rows = original(doc, **kwargs)
+        if doc.chat_id == "chat-00000003":
+            rows.parts.append(part_of_no_message(doc.chat_id))  # refused by the database
+        return rows
+
+    monkeypatch.setattr("chatarchive._ingest.document_to_rows", corrupt)
+    docs: list[Any] = list(generate_chats(12, 4))
+    docs.insert(6, {"chat_id": "bad", "messages": [{"content": "no role"}]})
+    errors: list[int] = []
+    saved = archive.save_many(docs, batch_size=3, writers=3, on_error=lambda index, _: errors.append(index))
+    assert (saved, sorted(errors)) == (11, [3, 6])
+    assert len(archive.list_chats(limit=100).items) == 11
+    # Without on_error, the first error is raised (and every writer stops).
+    with pytest.raises(ChatArchiveError):
+        archive.save_many(generate_chats(12, 4, seed=4), batch_size=3, writers=3)
+    monkeypatch.undo()
+    with pytest.raises(InvalidDocument, match="bad"):
+        archive.save_many(docs, batch_size=3, writers=3)
+
+
+def test_writers_must_be_one_or_more_and_one_for_a_bulk_load(archive: ChatArchive) -> None:
+    with pytest.raises(InvalidDocument, match="writers"):
+        archive.save_many([], writers=0)
+    with pytest.raises(InvalidDocument, match="one writer"):
+        archive.save_many([], bulk=True, writers=2)
+
+
+def test_parallel_writers_through_asyncio(
+    archive: ChatArchive, engine: Engine, async_engine: AsyncEngine, runner: asyncio.Runner
+) -> None:
+    """The asyncio API writes each batch's shares concurrently: same outcome."""
+    docs = list(generate_chats(16, 4))
+    copies: list[Any] = []
+    for start in range(0, 16, 4):
+        copies += [{**doc, "title": "first"} for doc in docs[start : start + 4]]
+        copies += [{**doc, "title": "second"} for doc in docs[start : start + 4]]
+    copies.insert(5, {"chat_id": "bad", "messages": [{"content": "no role"}]})
+    errors: list[int] = []
+    async_archive = AsyncChatArchive(engine=async_engine)
+    saved = runner.run(
+        async_archive.save_many(
+            copies, batch_size=4, writers=3, on_error=lambda index, _: errors.append(index)
+        )
+    )
+    assert (saved, errors) == (32, [5])
+    with engine.connect() as connection:
+        rows = connection.execute(text("SELECT title, version FROM chats")).all()
+    assert sorted(rows) == [("second", 2)] * 16
+    with pytest.raises(InvalidDocument, match="bad"):
+        runner.run(async_archive.save_many(copies, batch_size=4, writers=3))
+    with pytest.raises(InvalidDocument, match="one writer"):
+        runner.run(async_archive.save_many([], bulk=True, writers=2))
