@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from datetime import datetime
 from functools import partial
 from queue import Queue
@@ -235,13 +235,15 @@ class ChatArchive:
             raise InvalidDocument("batch_size must be at least 1", field="batch_size")
         self._require_schema()
         batches = prepared_batches(docs, batch_size, stop_at_error=on_error is None, limits=self._limits)
-        if writers > 1 and self._postgres:
-            return self._save_in_parallel(batches, writers, on_error)
-        saved = 0
-        for batch in batches:
-            with self._session(savepoints=False) as repo:
-                saved += repo._save_prepared(batch, on_error)
-        return saved
+        # Closed on the way out, so that its thread stops even while an error's traceback lives on.
+        with closing(batches):
+            if writers > 1 and self._postgres:
+                return self._save_in_parallel(batches, writers, on_error)
+            saved = 0
+            for batch in batches:
+                with self._session(savepoints=False) as repo:
+                    saved += repo._save_prepared(batch, on_error)
+            return saved
 
     def _save_in_parallel(
         self, batches: Iterator[PreparedBatch], writers: int, on_error: OnError | None

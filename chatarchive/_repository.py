@@ -7,7 +7,7 @@ import binascii
 import json
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import closing, contextmanager, nullcontext
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any, NoReturn, TypedDict, Unpack, cast
@@ -231,10 +231,9 @@ class ChatRepository:
         if batch_size < 1:
             raise InvalidDocument("batch_size must be at least 1", field="batch_size")
         saved = 0
-        with self._write(), self._bulk_load() if bulk else nullcontext():
-            for batch in prepared_batches(
-                docs, batch_size, stop_at_error=on_error is None, limits=self._limits
-            ):
+        batches = prepared_batches(docs, batch_size, stop_at_error=on_error is None, limits=self._limits)
+        with closing(batches), self._write(), self._bulk_load() if bulk else nullcontext():
+            for batch in batches:
                 saved += self._save_prepared(batch, on_error)
         return saved
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import tracemalloc
 from collections.abc import Iterator
 from typing import Any
@@ -305,3 +306,24 @@ def test_parallel_writers_through_asyncio(
         runner.run(async_archive.save_many(copies, batch_size=4, writers=3))
     with pytest.raises(InvalidDocument, match="one writer"):
         runner.run(async_archive.save_many([], bulk=True, writers=2))
+
+
+@pytest.mark.parametrize("writers", [1, 3])
+def test_a_failed_save_many_stops_its_threads_before_it_returns(
+    archive: ChatArchive, monkeypatch: pytest.MonkeyPatch, writers: int
+) -> None:
+    original = document_to_rows
+
+    def corrupt(doc: ChatDocument, **kwargs: Any) -> ChatRows:
+        rows = original(doc, **kwargs)
+        if doc.chat_id == "chat-00000012":
+            rows.parts.append(part_of_no_message(doc.chat_id))  # refused by the database
+        return rows
+
+    monkeypatch.setattr("chatarchive._ingest.document_to_rows", corrupt)
+    with pytest.raises(ChatArchiveError) as raised:
+        archive.save_many(generate_chats(2000, 4), batch_size=5, writers=writers)
+    # The traceback (kept in `raised`) still holds the call's frames: no thread
+    # may be left running until they go.
+    assert raised.value is not None
+    assert [t.name for t in threading.enumerate() if t.name.startswith("chatarchive-")] == []
