@@ -25,7 +25,7 @@ from ._exceptions import (
     SchemaNotReady,
     database_errors,
 )
-from ._ingest import PreparedBatch, prepared_batches, split_by_chat
+from ._ingest import WRITER_QUEUE, PreparedBatch, check_writers, prepared_batches, split_by_chat
 from ._repository import ChatChanges, ChatRepository, OnError, load_documents
 from ._schema import SCHEMA_REVISION, VERSION_TABLE
 from ._search import SearchHit, rebuild_search_index
@@ -223,11 +223,8 @@ class ChatArchive:
         ``bulk``; on SQLite, which has one writer at a time, it changes nothing.
         ``on_error`` is then called from the writers' threads, one call at a time.
         """
-        if writers < 1:
-            raise InvalidDocument("writers must be at least 1", field="writers")
+        check_writers(writers, bulk=bulk)
         if bulk:
-            if writers > 1:
-                raise InvalidDocument("a bulk load is one transaction: it has one writer", field="writers")
             return self._call(
                 lambda repo: repo.save_many(docs, batch_size=batch_size, bulk=True, on_error=on_error)
             )
@@ -249,9 +246,10 @@ class ChatArchive:
         self, batches: Iterator[PreparedBatch], writers: int, on_error: OnError | None
     ) -> int:
         """Each batch split by chat among ``writers`` threads, each writing its
-        share in its own transactions. After a failure the writers finish what
-        they were given (earlier batches are saved, as with one writer) and
-        the first error is raised."""
+        share in its own transactions. An invalid document (without
+        ``on_error``) stops the reading; the writers finish what they were
+        given, as one writer would have. A failed write stops every writer
+        before its next batch. The first error is raised."""
         lock = threading.Lock()
         report: OnError | None = None
         if on_error is not None:
@@ -260,7 +258,7 @@ class ChatArchive:
                 with lock:
                     on_error(index, error)
 
-        queues: list[Queue[PreparedBatch | None]] = [Queue(maxsize=2) for _ in range(writers)]
+        queues: list[Queue[PreparedBatch | None]] = [Queue(maxsize=WRITER_QUEUE) for _ in range(writers)]
         saved = [0] * writers
         failures: list[BaseException] = []
 
@@ -285,10 +283,7 @@ class ChatArchive:
             for batch in batches:
                 if failures:
                     break
-                for index, error in batch.errors:
-                    if report is None:
-                        raise error
-                    report(index, error)
+                batch.report_errors(report)
                 for number, part in enumerate(split_by_chat(batch, writers)):
                     if part.documents:
                         queues[number].put(part)

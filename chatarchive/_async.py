@@ -25,7 +25,7 @@ from ._archive import row_level_security_of, set_row_level_security_on
 from ._document import ChatDocument, ChatPage, Feedback, Limits, Message
 from ._engine import create_async_engine, for_reading, for_writing
 from ._exceptions import InvalidDocument, SchemaNotReady, database_errors
-from ._ingest import PreparedBatch, prepared_batches, split_by_chat
+from ._ingest import PreparedBatch, check_writers, prepared_batches, split_by_chat
 from ._migrations import migrate, problems_of, revision_of
 from ._repository import ChatChanges, ChatRepository, OnError
 from ._schema import SCHEMA_REVISION, VERSION_TABLE
@@ -301,11 +301,8 @@ class AsyncChatArchive:
         """Each batch in its own transaction (``bulk``: all in one); see :meth:`ChatArchive.save_many`.
         With ``writers``, each batch's share of every writer is written concurrently, and the
         next batch starts when they are all done."""
-        if writers < 1:
-            raise InvalidDocument("writers must be at least 1", field="writers")
+        check_writers(writers, bulk=bulk)
         if bulk:
-            if writers > 1:
-                raise InvalidDocument("a bulk load is one transaction: it has one writer", field="writers")
             return await self._call(
                 lambda repo: repo.save_many(docs, batch_size=batch_size, bulk=True, on_error=on_error)
             )
@@ -321,10 +318,7 @@ class AsyncChatArchive:
                 if writers == 1:
                     saved += await self._save_prepared(batch, on_error)
                     continue
-                for index, error in batch.errors:
-                    if on_error is None:
-                        raise error
-                    on_error(index, error)
+                batch.report_errors(on_error)
                 parts = [part for part in split_by_chat(batch, writers) if part.documents]
                 results = await asyncio.gather(
                     *(self._save_prepared(part, on_error) for part in parts), return_exceptions=True

@@ -27,6 +27,7 @@ from ._archive import ChatArchive
 from ._document import ChatDocument
 from ._engine import DEFAULT_URL, URL_ENV
 from ._exceptions import ChatArchiveError
+from ._ingest import documents_in_flight
 from ._jsonio import Record, read_records
 from ._transcript import render_transcript
 from .formats import EXPORT_FORMATS, IMPORT_FORMATS
@@ -209,10 +210,10 @@ def import_(
     archive = _state().archive
     failed = 0
     # Where the documents in flight came from, by their index: a failed write
-    # names one of the batches being prepared or written. Added to by the
-    # thread that reads the input, looked up (a single dict.get) by the writers.
+    # names one of them. Added to by the thread that reads the input, looked up
+    # (a single dict.get) by the writers.
     in_flight: dict[int, str] = {}
-    remembered = batch_size * (6 + 3 * writers)
+    remembered = documents_in_flight(batch_size, writers)
 
     def report(where: str, reason: object) -> None:
         nonlocal failed

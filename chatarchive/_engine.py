@@ -111,8 +111,6 @@ def _require_utf8(engine: Engine) -> None:
     def _check(dbapi_connection: Any, _record: Any) -> None:
         info = getattr(dbapi_connection, "driver_connection", dbapi_connection).info
         encoding = info.parameter_status("server_encoding")
-        if isinstance(encoding, bytes):
-            encoding = encoding.decode("ascii", "replace")
         if encoding not in (None, "UTF8"):
             raise DatabaseError(
                 f"database {info.dbname!r} is encoded {encoding}: chatarchive keeps any Unicode text and "

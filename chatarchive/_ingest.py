@@ -12,7 +12,7 @@ import gc
 import threading
 import time
 import zlib
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -30,10 +30,13 @@ from ._rows import ChatRows, document_to_rows
 from ._types import ArchiveText, JsonObject, UTCDateTime, escape_text, postgres_json_text
 
 __all__ = [
+    "WRITER_QUEUE",
     "CopyPlan",
     "PreparedBatch",
     "RowWriter",
+    "check_writers",
     "copy_plan",
+    "documents_in_flight",
     "prepared_batches",
     "row_writer",
     "split_by_chat",
@@ -49,6 +52,32 @@ class PreparedBatch:
     documents: dict[str, tuple[int, ChatRows]] = field(default_factory=dict)
     errors: list[tuple[int, InvalidDocument]] = field(default_factory=list)
     size: int = 0
+
+    def report_errors(self, on_error: Callable[[int, InvalidDocument], None] | None) -> None:
+        """Tell ``on_error`` about each invalid item; without it, raise the first."""
+        for index, error in self.errors:
+            if on_error is None:
+                raise error
+            on_error(index, error)
+
+
+def check_writers(writers: int, *, bulk: bool) -> None:
+    """The ``writers`` argument of save_many: at least one, and one for a bulk load."""
+    if writers < 1:
+        raise InvalidDocument("writers must be at least 1", field="writers")
+    if bulk and writers > 1:
+        raise InvalidDocument("a bulk load is one transaction: it has one writer", field="writers")
+
+
+#: Parts of batches waiting for each parallel writer.
+WRITER_QUEUE = 2
+
+
+def documents_in_flight(batch_size: int, writers: int) -> int:
+    """At most how many documents save_many has read but not yet written or
+    reported: ``AHEAD`` prepared batches, the one being prepared, the one being
+    split, and each writer's queue and current part."""
+    return batch_size * (AHEAD + 2 + writers * (WRITER_QUEUE + 1))
 
 
 def split_by_chat(batch: PreparedBatch, parts: int) -> list[PreparedBatch]:

@@ -239,10 +239,7 @@ class ChatRepository:
 
     def _save_prepared(self, batch: PreparedBatch, on_error: OnError | None) -> int:
         """Write one prepared batch (used by ChatArchive.save_many as well)."""
-        for index, error in batch.errors:
-            if on_error is None:
-                raise error
-            on_error(index, error)
+        batch.report_errors(on_error)
         if not batch.documents:
             return 0
         try:

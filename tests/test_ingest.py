@@ -121,20 +121,26 @@ def part_of_no_message(chat_id: str) -> dict[str, Any]:
     }
 
 
+def refuse_in_database(monkeypatch: pytest.MonkeyPatch, chat_id: str) -> None:
+    """Make the rows of ``chat_id`` include a part of no message, which the
+    database refuses (a broken conversion, injected)."""
+    original = document_to_rows
+
+    def corrupt(doc: ChatDocument, **kwargs: Any) -> ChatRows:
+        rows = original(doc, **kwargs)
+        if doc.chat_id == chat_id:
+            rows.parts.append(part_of_no_message(doc.chat_id))
+        return rows
+
+    monkeypatch.setattr("chatarchive._ingest.document_to_rows", corrupt)
+
+
 def test_a_write_error_is_traced_to_its_document(
     repo: ChatRepository, session: Session, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A row the database refuses (a broken conversion, injected here) is reported
     for its own document; the rest of its batch is saved."""
-    original = document_to_rows
-
-    def corrupt(doc: ChatDocument, **kwargs: Any) -> ChatRows:
-        rows = original(doc, **kwargs)
-        if doc.chat_id == "chat-00000003":
-            rows.parts.append(part_of_no_message(doc.chat_id))  # no such message
-        return rows
-
-    monkeypatch.setattr("chatarchive._ingest.document_to_rows", corrupt)
+    refuse_in_database(monkeypatch, "chat-00000003")
     errors: list[int] = []
     saved = repo.save_many(
         generate_chats(6, 4), batch_size=6, on_error=lambda index, error: errors.append(index)
@@ -150,15 +156,7 @@ def test_a_bulk_load_violation_rolls_everything_back(
     with engine.connect() as connection:
         before = snapshot(Session(bind=connection))
     constraints = _constraints(engine)
-    original = document_to_rows
-
-    def orphan(doc: ChatDocument, **kwargs: Any) -> ChatRows:
-        rows = original(doc, **kwargs)
-        if doc.chat_id == "chat-00000007":
-            rows.parts.append(part_of_no_message(doc.chat_id))
-        return rows
-
-    monkeypatch.setattr("chatarchive._ingest.document_to_rows", orphan)
+    refuse_in_database(monkeypatch, "chat-00000007")
     with pytest.raises(ChatArchiveError):
         archive.save_many(generate_chats(10, 4, seed=2), batch_size=3, bulk=True)
     with engine.connect() as connection:
@@ -227,6 +225,16 @@ def _stored(engine: Engine) -> dict[str, list[Any]]:
         return snapshot(Session(bind=connection))
 
 
+def copies_in_adjacent_batches(docs: list[dict[str, Any]], batch_size: int) -> list[dict[str, Any]]:
+    """Batches of ``batch_size``: the first copies (title "first") of some chats,
+    then their second copies (title "second") in the next batch."""
+    copies = []
+    for start in range(0, len(docs), batch_size):
+        copies += [{**doc, "title": "first"} for doc in docs[start : start + batch_size]]
+        copies += [{**doc, "title": "second"} for doc in docs[start : start + batch_size]]
+    return copies
+
+
 def test_parallel_writers_store_the_same_rows(archive: ChatArchive, engine: Engine) -> None:
     docs = list(generate_chats(40, 6, seed=5))
     assert archive.save_many(docs, batch_size=7) == 40
@@ -239,11 +247,7 @@ def test_parallel_writers_store_the_same_rows(archive: ChatArchive, engine: Engi
 def test_parallel_writers_keep_the_later_copy_of_a_chat(archive: ChatArchive, engine: Engine) -> None:
     docs = list(generate_chats(40, 4))
     archive.save_many(docs, writers=3)
-    # Batches of 4: the first copies of four chats, then their second copies in the next batch.
-    copies = []
-    for start in range(0, 40, 4):
-        copies += [{**doc, "title": "first"} for doc in docs[start : start + 4]]
-        copies += [{**doc, "title": "second"} for doc in docs[start : start + 4]]
+    copies = copies_in_adjacent_batches(docs, 4)
     assert archive.save_many(copies, batch_size=4, writers=3) == 80
     with engine.connect() as connection:
         rows = connection.execute(text("SELECT title, version FROM chats")).all()
@@ -251,15 +255,7 @@ def test_parallel_writers_keep_the_later_copy_of_a_chat(archive: ChatArchive, en
 
 
 def test_parallel_writers_report_every_error(archive: ChatArchive, monkeypatch: pytest.MonkeyPatch) -> None:
-    original = document_to_rows
-
-    def corrupt(doc: ChatDocument, **kwargs: Any) -> ChatRows:
-        rows = original(doc, **kwargs)
-        if doc.chat_id == "chat-00000003":
-            rows.parts.append(part_of_no_message(doc.chat_id))  # refused by the database
-        return rows
-
-    monkeypatch.setattr("chatarchive._ingest.document_to_rows", corrupt)
+    refuse_in_database(monkeypatch, "chat-00000003")
     docs: list[Any] = list(generate_chats(12, 4))
     docs.insert(6, {"chat_id": "bad", "messages": [{"content": "no role"}]})
     errors: list[int] = []
@@ -286,10 +282,7 @@ def test_parallel_writers_through_asyncio(
 ) -> None:
     """The asyncio API writes each batch's shares concurrently: same outcome."""
     docs = list(generate_chats(16, 4))
-    copies: list[Any] = []
-    for start in range(0, 16, 4):
-        copies += [{**doc, "title": "first"} for doc in docs[start : start + 4]]
-        copies += [{**doc, "title": "second"} for doc in docs[start : start + 4]]
+    copies: list[Any] = copies_in_adjacent_batches(docs, 4)
     copies.insert(5, {"chat_id": "bad", "messages": [{"content": "no role"}]})
     errors: list[int] = []
     async_archive = AsyncChatArchive(engine=async_engine)
@@ -312,15 +305,7 @@ def test_parallel_writers_through_asyncio(
 def test_a_failed_save_many_stops_its_threads_before_it_returns(
     archive: ChatArchive, monkeypatch: pytest.MonkeyPatch, writers: int
 ) -> None:
-    original = document_to_rows
-
-    def corrupt(doc: ChatDocument, **kwargs: Any) -> ChatRows:
-        rows = original(doc, **kwargs)
-        if doc.chat_id == "chat-00000012":
-            rows.parts.append(part_of_no_message(doc.chat_id))  # refused by the database
-        return rows
-
-    monkeypatch.setattr("chatarchive._ingest.document_to_rows", corrupt)
+    refuse_in_database(monkeypatch, "chat-00000012")
     with pytest.raises(ChatArchiveError) as raised:
         archive.save_many(generate_chats(2000, 4), batch_size=5, writers=writers)
     # The traceback (kept in `raised`) still holds the call's frames: no thread
