@@ -28,7 +28,7 @@ from ._exceptions import (
 from ._ingest import WRITER_QUEUE, PreparedBatch, check_writers, prepared_batches, split_by_chat
 from ._repository import ChatChanges, ChatRepository, OnError, load_documents
 from ._schema import SCHEMA_REVISION, VERSION_TABLE
-from ._search import SearchHit, rebuild_search_index
+from ._search import SearchHit, rebuild_search_index, search_index_of, set_search_index_on
 
 __all__ = ["ChatArchive"]
 
@@ -461,6 +461,27 @@ class ChatArchive:
         self._require_schema()
         with database_errors(), self._engine.begin() as connection:
             set_row_level_security_on(connection, enabled)
+
+    def search_index(self) -> bool:
+        """Whether the archive has its full-text search index (see :meth:`set_search_index`)."""
+        self._require_schema()
+        with database_errors(), self._engine.connect() as connection:
+            return search_index_of(connection)
+
+    def set_search_index(self, enabled: bool) -> None:
+        """Create the full-text search index from the stored text, or drop it.
+
+        Indexing each message's text is most of what a write costs on
+        PostgreSQL (about 5x the rest, see the README): an archive that is not
+        searched, or one being loaded before it is searched, writes faster
+        without it. While it is off, :meth:`search` raises
+        :class:`SchemaNotReady`; turning it on indexes every stored message, in
+        one transaction during which writes wait. The setting is the
+        database's: every connection sees it until it is changed.
+        """
+        self._require_schema()
+        with database_errors(), self._writer.begin() as connection:
+            set_search_index_on(connection, enabled)
 
     def rebuild_search_index(self) -> None:
         """Rebuild the full-text search index from the stored text, in one

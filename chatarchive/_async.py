@@ -29,7 +29,7 @@ from ._ingest import PreparedBatch, check_writers, prepared_batches, split_by_ch
 from ._migrations import migrate, problems_of, revision_of
 from ._repository import ChatChanges, ChatRepository, OnError
 from ._schema import SCHEMA_REVISION, VERSION_TABLE
-from ._search import SearchHit, rebuild_search_index
+from ._search import SearchHit, rebuild_search_index, search_index_of, set_search_index_on
 
 __all__ = ["AsyncChatArchive", "AsyncChatRepository"]
 
@@ -449,6 +449,16 @@ class AsyncChatArchive:
         if self._engine.dialect.name != "postgresql":
             raise SchemaNotReady("row-level security needs PostgreSQL")
         await self._on_connection(partial(set_row_level_security_on, enabled=enabled), transaction=True)
+
+    async def search_index(self) -> bool:
+        """Whether the archive has its full-text search index (see :meth:`set_search_index`)."""
+        await self._require_schema()
+        return await self._on_connection(search_index_of)
+
+    async def set_search_index(self, enabled: bool) -> None:
+        """Create the full-text search index or drop it; see :meth:`ChatArchive.set_search_index`."""
+        await self._require_schema()
+        await self._on_connection(partial(set_search_index_on, enabled=enabled), transaction=True)
 
     async def rebuild_search_index(self) -> None:
         """Rebuild the full-text search index from the stored text (one transaction)."""

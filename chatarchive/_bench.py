@@ -69,7 +69,13 @@ class BenchReport:
             "save_many, 2 writers / JSONB row per message": self.ratio(
                 "ingest_save_many_2_writers", "ingest_jsonb_per_message"
             ),
+            "save_many, 2 writers, no search index / JSONB row per message": self.ratio(
+                "ingest_save_many_2_writers_no_search_index", "ingest_jsonb_per_message"
+            ),
             "bulk / raw COPY (primary keys only)": self.ratio("ingest_bulk", "ingest_raw_copy_pk_only"),
+            "bulk, no search index / raw COPY (primary keys only)": self.ratio(
+                "ingest_bulk_no_search_index", "ingest_raw_copy_pk_only"
+            ),
             "JSONB doc per chat / raw COPY (primary keys only)": self.ratio(
                 "ingest_jsonb_per_chat", "ingest_raw_copy_pk_only"
             ),
@@ -78,6 +84,9 @@ class BenchReport:
                 "append_1000_median_ms", "append_10_median_ms"
             ),
             "storage / JSONB doc per chat": self.ratio("bytes_per_message", "bytes_per_message_jsonb_doc"),
+            "storage, no search index / JSONB doc per chat": self.ratio(
+                "bytes_per_message_no_search_index", "bytes_per_message_jsonb_doc"
+            ),
             "append_chunk at 10,000 / at 10 chunks": self.ratio(
                 "append_chunk_at_10000_ms", "append_chunk_at_10_ms"
             ),
@@ -244,8 +253,12 @@ class _Bench:
                 # As many connections as cores: the server indexes text on each.
                 "ingest_save_many_2_writers": lambda: self._time_save_many(writers=2),
                 # The full-text index costs more than everything else together:
-                # the same two measures without it show the rest of the cost.
+                # the same measures with it off (set_search_index(False)).
                 "ingest_save_many_no_search_index": lambda: self._without_search_index(self._time_save_many),
+                "ingest_save_many_2_writers_no_search_index": lambda: self._without_search_index(
+                    lambda: self._time_save_many(writers=2)
+                ),
+                "ingest_bulk_no_search_index": lambda: self._without_search_index(self._time_bulk),
                 "ingest_raw_copy_own_no_search_index": lambda: self._without_search_index(
                     lambda: self._time_raw_copy(rows, "public")
                 ),
@@ -267,20 +280,12 @@ class _Bench:
             connection.execute(text("ANALYZE"))
 
     def _without_search_index(self, measure: Callable[[], float]) -> float:
-        definition = text("SELECT pg_get_indexdef(to_regclass(:name))")
-        with self.engine.begin() as connection:
-            definitions = [
-                connection.execute(definition, {"name": name}).scalar_one() for name in PG_SEARCH_INDEXES
-            ]
-            for name in PG_SEARCH_INDEXES:
-                connection.execute(text(f"DROP INDEX {name}"))
+        self.archive.set_search_index(False)
         try:
             return measure()
         finally:
             self._truncate()
-            with self.engine.begin() as connection:
-                for statement in definitions:
-                    connection.execute(text(statement))
+            self.archive.set_search_index(True)
 
     def _time_save_many(self, writers: int = 1) -> float:
         self._truncate()
@@ -539,7 +544,12 @@ class _Bench:
                 for name in _TABLES
             )
             docs = connection.execute(text("SELECT pg_total_relation_size('bench_jsonb_docs')")).scalar_one()
+            search_index = sum(
+                connection.execute(text("SELECT pg_relation_size(:name)"), {"name": name}).scalar_one()
+                for name in PG_SEARCH_INDEXES
+            )
         self.figures["bytes_per_message"] = ours / self.message_total
+        self.figures["bytes_per_message_no_search_index"] = (ours - search_index) / self.message_total
         self.figures["bytes_per_message_jsonb_doc"] = docs / self.message_total
 
     def _memory(self) -> None:

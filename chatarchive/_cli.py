@@ -148,6 +148,23 @@ def db_reindex() -> None:
     _stderr.print("search index rebuilt")
 
 
+@db.command("search-index")
+@click.argument("state", type=click.Choice(["on", "off", "status"]), default="status")
+def db_search_index(state: str) -> None:
+    """Turn the full-text search index on or off (or show it).
+
+    Indexing message text is most of what a write costs on PostgreSQL: an
+    archive that is not searched, or one being loaded before it is searched,
+    writes several times faster without it. While it is off, search fails with
+    a message saying so. Turning it on indexes every stored message; writes
+    wait until it is done.
+    """
+    archive = _state().archive
+    if state != "status":
+        archive.set_search_index(state == "on")
+    click.echo("on" if archive.search_index() else "off")
+
+
 @db.command("rls")
 @click.argument("state", type=click.Choice(["on", "off", "status"]), default="status")
 def db_rls(state: str) -> None:

@@ -688,6 +688,10 @@ class ChatRepository:
         never SQL; a query with nothing searchable in it finds nothing.
         ``model`` matches the chat's or the message's model; ``since`` bounds
         the message's ``created_at``.
+
+        Raises:
+            SchemaNotReady: the archive's search index is off
+                (:meth:`ChatArchive.set_search_index`).
         """
         if limit < 1:
             raise InvalidDocument("limit must be at least 1", field="limit")

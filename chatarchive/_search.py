@@ -16,16 +16,26 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Connection, Double, Integer, TextClause, bindparam, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from ._exceptions import SchemaNotReady
 from ._schema import PG_SEARCH_INDEXES
 from ._types import ArchiveText, UTCDateTime
 
-__all__ = ["SearchHit", "fts5_query", "rebuild_search_index", "search_messages"]
+__all__ = [
+    "SearchHit",
+    "fts5_query",
+    "rebuild_search_index",
+    "require_search_index",
+    "search_index_of",
+    "search_messages",
+    "set_search_index_on",
+]
 
 #: Marks around matched words in snippets.
 HIGHLIGHT = ("«", "»")
@@ -68,6 +78,7 @@ def search_messages(
             filters.append(condition)
             params[name] = value
     where = "".join(f" AND {condition}" for condition in filters)
+    require_search_index(session.connection())
     postgres = session.get_bind().dialect.name == "postgresql"
     if postgres:
         params["query"] = query
@@ -266,12 +277,132 @@ def fts5_query(query: str) -> str | None:
     return expression
 
 
-#: SQLite's full-text tables: (FTS5 table, the table whose rowids it holds,
-#: which rows it indexes), as migrations 0002 and 0005 define them.
+#: The full-text search objects as the migrations leave them at head, to drop
+#: and create again (:func:`set_search_index_on`); a test keeps them equal to
+#: what the migrations create. PostgreSQL: one GIN index over each table's text.
+_PG_SEARCH_INDEX_DEFINITIONS = {
+    "ix_messages_text_search": (
+        "ON messages USING gin (to_tsvector('english', text)) WHERE text IS NOT NULL"
+    ),
+    "ix_content_parts_text_search": (
+        "ON content_parts USING gin (to_tsvector('english', text)) WHERE type = 'text'"
+    ),
+}
+
+
+class _SqliteFullText(NamedTuple):
+    """An FTS5 table over one table's text, keyed by its rowids, and the
+    triggers that keep it in step."""
+
+    name: str
+    table: str
+    indexed: str  # which rows of ``table`` it holds
+    triggers: tuple[str, str, str]  # insert, delete, update
+
+    def create(self) -> list[str]:
+        return [
+            f"CREATE VIRTUAL TABLE {self.name} USING fts5("
+            f"text, content='{self.table}', content_rowid='rowid', tokenize='porter unicode61')",
+            *self.triggers,
+        ]
+
+    def drop(self) -> list[str]:
+        return [
+            *(f"DROP TRIGGER IF EXISTS {self.name}_{event}" for event in ("insert", "delete", "update")),
+            f"DROP TABLE IF EXISTS {self.name}",
+        ]
+
+    def fill(self) -> str:
+        return (
+            f"INSERT INTO {self.name} (rowid, text) SELECT rowid, text FROM {self.table} WHERE {self.indexed}"
+        )
+
+    def object_names(self) -> list[str]:
+        return [self.name, *(f"{self.name}_{event}" for event in ("insert", "delete", "update"))]
+
+
+#: SQLite's full-text tables, as migrations 0005 (string contents) and 0002
+#: (text parts) define them.
 _SQLITE_FULL_TEXT = (
-    ("message_text_search", "messages", "text IS NOT NULL"),
-    ("message_search", "content_parts", "type = 'text'"),
+    _SqliteFullText(
+        "message_text_search",
+        "messages",
+        "text IS NOT NULL",
+        (
+            "CREATE TRIGGER message_text_search_insert AFTER INSERT ON messages "
+            "WHEN new.text IS NOT NULL BEGIN "
+            "INSERT INTO message_text_search (rowid, text) VALUES (new.rowid, new.text); END",
+            "CREATE TRIGGER message_text_search_delete AFTER DELETE ON messages "
+            "WHEN old.text IS NOT NULL BEGIN "
+            "INSERT INTO message_text_search (message_text_search, rowid, text) "
+            "VALUES ('delete', old.rowid, old.text); END",
+            "CREATE TRIGGER message_text_search_update AFTER UPDATE OF text ON messages BEGIN "
+            "INSERT INTO message_text_search (message_text_search, rowid, text) "
+            "SELECT 'delete', old.rowid, old.text WHERE old.text IS NOT NULL; "
+            "INSERT INTO message_text_search (rowid, text) "
+            "SELECT new.rowid, new.text WHERE new.text IS NOT NULL; END",
+        ),
+    ),
+    _SqliteFullText(
+        "message_search",
+        "content_parts",
+        "type = 'text'",
+        (
+            "CREATE TRIGGER message_search_insert AFTER INSERT ON content_parts WHEN new.type = 'text' BEGIN "
+            "INSERT INTO message_search (rowid, text) VALUES (new.rowid, new.text); END",
+            "CREATE TRIGGER message_search_delete AFTER DELETE ON content_parts WHEN old.type = 'text' BEGIN "
+            "INSERT INTO message_search (message_search, rowid, text) "
+            "VALUES ('delete', old.rowid, old.text); END",
+            "CREATE TRIGGER message_search_update AFTER UPDATE ON content_parts BEGIN "
+            "INSERT INTO message_search (message_search, rowid, text) "
+            "SELECT 'delete', old.rowid, old.text WHERE old.type = 'text'; "
+            "INSERT INTO message_search (rowid, text) "
+            "SELECT new.rowid, new.text WHERE new.type = 'text'; END",
+        ),
+    ),
 )
+
+_SEARCH_INDEX_OFF = (
+    "full-text search is off for this archive (its index was dropped to write faster); "
+    "turn it on with 'chatarchive db search-index on' or set_search_index(True)"
+)
+
+
+def search_index_of(connection: Connection) -> bool:
+    """Whether the archive has its full-text search index (every object of it)."""
+    if connection.dialect.name == "postgresql":
+        present = text("SELECT count(to_regclass(name)) FROM unnest(CAST(:names AS text[])) AS name")
+        names = list(_PG_SEARCH_INDEX_DEFINITIONS)
+    else:
+        present = text("SELECT count(*) FROM sqlite_master WHERE name IN :names").bindparams(
+            bindparam("names", expanding=True)
+        )
+        names = [name for table in _SQLITE_FULL_TEXT for name in table.object_names()]
+    return bool(connection.execute(present, {"names": names}).scalar_one() == len(names))
+
+
+def require_search_index(connection: Connection) -> None:
+    if not search_index_of(connection):
+        raise SchemaNotReady(_SEARCH_INDEX_OFF)
+
+
+def set_search_index_on(connection: Connection, enabled: bool) -> None:
+    """Create the full-text search index from the stored text, or drop it, in
+    the caller's transaction. Without it, writes skip indexing each message's
+    text (the largest part of their cost on PostgreSQL) and searches raise
+    :class:`SchemaNotReady`. Creating it when it is there changes nothing."""
+    if connection.dialect.name == "postgresql":
+        for name, definition in _PG_SEARCH_INDEX_DEFINITIONS.items():
+            if enabled:
+                connection.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {name} {definition}")
+            else:
+                connection.exec_driver_sql(f"DROP INDEX IF EXISTS {name}")
+        return
+    if enabled and search_index_of(connection):
+        return
+    for table in _SQLITE_FULL_TEXT:
+        for statement in table.drop() + ([*table.create(), table.fill()] if enabled else []):
+            connection.exec_driver_sql(statement)
 
 
 def rebuild_search_index(connection: Connection) -> None:
@@ -281,13 +412,15 @@ def rebuild_search_index(connection: Connection) -> None:
     VACUUM, which SQLite allows to renumber rows) may change; PostgreSQL's GIN
     indexes follow their tables but may need a rebuild after a change of the
     text search dictionaries.
+
+    Raises:
+        SchemaNotReady: the index is off (:func:`set_search_index_on`).
     """
+    require_search_index(connection)
     if connection.dialect.name == "postgresql":
         for name in PG_SEARCH_INDEXES:
             connection.exec_driver_sql(f"REINDEX INDEX {name}")
         return
-    for search_table, table, indexed in _SQLITE_FULL_TEXT:
-        connection.exec_driver_sql(f"INSERT INTO {search_table} ({search_table}) VALUES ('delete-all')")
-        connection.exec_driver_sql(
-            f"INSERT INTO {search_table} (rowid, text) SELECT rowid, text FROM {table} WHERE {indexed}"
-        )
+    for table in _SQLITE_FULL_TEXT:
+        connection.exec_driver_sql(f"INSERT INTO {table.name} ({table.name}) VALUES ('delete-all')")
+        connection.exec_driver_sql(table.fill())

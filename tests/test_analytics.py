@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import event, make_url, text
 from sqlalchemy.orm import Session
 
-from chatarchive import AsyncChatArchive, ChatArchive, ChatRepository, analytics
+from chatarchive import AsyncChatArchive, ChatArchive, ChatRepository, SchemaNotReady, analytics
 from chatarchive._schema import PG_SEARCH_INDEXES
 
 from .analytics_fixture import CHATS
@@ -416,6 +416,87 @@ def test_rebuilding_the_search_index(own_archive: tuple[ChatArchive, str], throu
 async def _rebuild_async(url: str) -> None:
     async with AsyncChatArchive(url) as archive:
         await archive.rebuild_search_index()
+
+
+def search_objects(archive: ChatArchive) -> list[tuple[Any, ...]]:
+    """The archive's full-text search objects in the catalog, with their definitions."""
+    if archive.engine.dialect.name == "postgresql":
+        query = "SELECT indexname, indexdef FROM pg_indexes WHERE indexname LIKE '%search%' ORDER BY 1"
+    else:
+        query = "SELECT type, name, sql FROM sqlite_master WHERE name LIKE '%search%' ORDER BY name"
+    with archive.engine.connect() as connection:
+        return [tuple(row) for row in connection.execute(text(query))]
+
+
+async def _set_search_index_async(url: str, enabled: bool) -> bool:
+    async with AsyncChatArchive(url) as archive:
+        await archive.set_search_index(enabled)
+        return await archive.search_index()
+
+
+@pytest.mark.parametrize("through", ["sync", "async"])
+def test_the_search_index_off_and_on_again(own_archive: tuple[ChatArchive, str], through: str) -> None:
+    archive, url = own_archive
+    archive.save_many(CHATS)
+    made_by_migrations = search_objects(archive)
+    assert len(made_by_migrations) == (2 if archive.engine.dialect.name == "postgresql" else 16)
+    before = {(h.chat_id, h.position) for h in archive.search("primer")}
+    assert ("alpha", 3) in before
+
+    def set_search_index(enabled: bool) -> None:
+        if through == "async":
+            assert asyncio.run(_set_search_index_async(url, enabled)) is enabled
+        else:
+            archive.set_search_index(enabled)
+            assert archive.search_index() is enabled
+
+    set_search_index(False)
+    assert search_objects(archive) == []
+    for call in (lambda: archive.search("primer"), archive.rebuild_search_index):
+        with pytest.raises(SchemaNotReady, match="search-index on"):
+            call()
+    set_search_index(False)  # already off: nothing to do
+    # Writes go on without it: saves (bulk too), appends, deletes.
+    archive.delete("alpha")
+    archive.save({"chat_id": "late", "messages": [{"role": "user", "content": "zebrafish primer"}]})
+    archive.append("late", [{"role": "assistant", "content": [{"type": "text", "text": "a primer"}]}])
+    archive.save_many([{"chat_id": "bulk", "messages": [{"role": "user", "content": "primer"}]}], bulk=True)
+
+    set_search_index(True)
+    assert search_objects(archive) == made_by_migrations
+    expected = {hit for hit in before if hit[0] != "alpha"} | {("late", 0), ("late", 1), ("bulk", 0)}
+    assert {(h.chat_id, h.position) for h in archive.search("primer")} == expected
+    set_search_index(True)  # already on: nothing to do
+    assert search_objects(archive) == made_by_migrations
+    archive.delete("late")  # kept in step again
+    assert archive.search("zebrafish") == []
+    archive.rebuild_search_index()
+    assert {(h.chat_id, h.position) for h in archive.search("primer")} == expected - {
+        ("late", 0),
+        ("late", 1),
+    }
+
+
+def test_a_search_index_missing_a_part_is_off_until_made_whole(own_archive: tuple[ChatArchive, str]) -> None:
+    archive, _ = own_archive
+    archive.save_many(CHATS)
+    made_by_migrations = search_objects(archive)
+    with archive.engine.begin() as connection:
+        if archive.engine.dialect.name == "postgresql":
+            connection.exec_driver_sql(f"DROP INDEX {PG_SEARCH_INDEXES[0]}")
+        else:
+            connection.exec_driver_sql("DROP TRIGGER message_search_delete")
+    assert not archive.search_index()
+    with pytest.raises(SchemaNotReady):
+        archive.search("primer")
+    archive.set_search_index(True)
+    assert search_objects(archive) == made_by_migrations
+    assert [(h.chat_id, h.position) for h in archive.search("gel")] == [("beta", 0)]
+    assert [(h.chat_id, h.position) for h in archive.search("wells")] == [("gamma", 2), ("gamma", 3)]
+    archive.delete("alpha")
+    assert archive.search("dimers") == []
+    archive.delete("beta")  # the trigger that was missing is back
+    assert archive.search("gel") == []
 
 
 def test_a_time_range_of_daily_usage_reads_only_that_range(pg_archive: tuple[ChatArchive, str]) -> None:

@@ -209,6 +209,9 @@ def test_bench_reports_every_figure(run: Run, dialect: str) -> None:
         assert figures["ingest_save_many_2_writers"] > 0
         assert report["ratios"]["save_many / raw COPY (own schema)"] > 0
         assert report["ratios"]["save_many, 2 writers / 1 writer"] > 0
+        for name in ("save_many", "save_many_2_writers", "bulk", "raw_copy_own"):
+            assert figures[f"ingest_{name}_no_search_index"] > 0
+        assert 0 < figures["bytes_per_message_no_search_index"] < figures["bytes_per_message"]
     assert run("db", "current").stdout.strip() == "none"  # ran in a throwaway database
 
 
@@ -245,6 +248,11 @@ def test_stats_and_search(run: Run, tmp_path: Path) -> None:
     assert [(hit["chat_id"], hit["position"]) for hit in hits] == [("alpha", 3), ("alpha", 4)]
     assert "alpha [3] tool" in run("search", "primer").stdout
     assert "search index rebuilt" in run("db", "reindex").stderr
+    assert json.loads(run("search", "primer dimers", "--json").stdout) == hits
+    assert run("db", "search-index").stdout == "on\n"
+    assert run("db", "search-index", "off").stdout == "off\n"
+    assert "search-index on" in run("search", "primer", expect=1).stderr
+    assert run("db", "search-index", "on").stdout == "on\n"
     assert json.loads(run("search", "primer dimers", "--json").stdout) == hits
     assert "no matches" in run("search", "'&:*").stderr
     run("stats", "--by", "planet", expect=2)

@@ -63,6 +63,24 @@ def test_down_and_up_through_every_revision(empty_database: URL) -> None:
         engine.dispose()
 
 
+def test_an_archive_without_its_search_index_migrates_down_and_up(empty_database: URL) -> None:
+    """The revisions that create the search objects drop them on the way down
+    only if they are there: an archive may have dropped them."""
+    archive = ChatArchive(empty_database)
+    try:
+        archive.upgrade()
+        archive.set_search_index(False)
+        assert archive.check() == []  # a supported state, not drift
+        archive.downgrade("base")
+        assert set(inspect(archive.engine).get_table_names()) <= {VERSION_TABLE}
+        archive.upgrade()
+        assert archive.search_index()
+        archive.save({"chat_id": "c", "messages": [{"role": "user", "content": "annealing"}]})
+        assert [hit.chat_id for hit in archive.search("annealing")] == ["c"]
+    finally:
+        archive.close()
+
+
 def test_check_reports_a_database_that_is_behind(empty_database: URL) -> None:
     engine = create_engine(empty_database)
     try:

@@ -410,8 +410,9 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     dialect = op.get_bind().dialect.name
+    # IF EXISTS: an archive may have dropped its search index (set_search_index).
     if dialect == "postgresql":
-        op.execute("DROP INDEX ix_content_parts_text_search")
+        op.execute("DROP INDEX IF EXISTS ix_content_parts_text_search")
         for name in ("st_content_parts_message", "st_tool_calls_message", "st_messages_tool_call"):
             op.execute(f"DROP STATISTICS {name}")
         for table in TABLE_COMMENTS:
@@ -420,8 +421,8 @@ def downgrade() -> None:
                 op.execute(f'COMMENT ON COLUMN {table}."{column}" IS NULL')
     else:
         for trigger in ("insert", "delete", "update"):
-            op.execute(f"DROP TRIGGER message_search_{trigger}")
-        op.execute("DROP TABLE message_search")
+            op.execute(f"DROP TRIGGER IF EXISTS message_search_{trigger}")
+        op.execute("DROP TABLE IF EXISTS message_search")
     for name in reversed(list(VIEWS)):
         op.execute(f"DROP VIEW {name}")
     op.drop_index("ix_messages_tool_results", table_name="messages")

@@ -175,13 +175,14 @@ def upgrade() -> None:
 def downgrade() -> None:
     dialect = op.get_bind().dialect.name
     _replace_views(dialect, new=False)
+    # IF EXISTS: an archive may have dropped its search index (set_search_index).
     if dialect == "postgresql":
-        op.execute("DROP INDEX ix_messages_text_search")
+        op.execute("DROP INDEX IF EXISTS ix_messages_text_search")
         op.execute(f"COMMENT ON TABLE content_parts IS '{OLD_PARTS_COMMENT}'")
     else:
         for trigger in ("insert", "delete", "update"):
-            op.execute(f"DROP TRIGGER message_text_search_{trigger}")
-        op.execute("DROP TABLE message_text_search")
+            op.execute(f"DROP TRIGGER IF EXISTS message_text_search_{trigger}")
+        op.execute("DROP TABLE IF EXISTS message_text_search")
     op.execute(
         "INSERT INTO content_parts (chat_id, message_position, position, type, text, data) "
         "SELECT chat_id, position, 0, 'text', text, NULL FROM messages WHERE text IS NOT NULL"
