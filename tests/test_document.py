@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -289,3 +290,14 @@ def test_message_to_openai_leaves_archive_fields_out() -> None:
         }
     )
     assert message.to_openai() == {"role": "assistant", "content": "x"}
+
+
+def test_generated_ids_are_distinct_version_4_uuids() -> None:
+    doc = ChatDocument.parse({"messages": [{"role": "user", "content": "hi"}] * 2000, "feedback": [{}]})
+    ids = [doc.chat_id, doc.feedback[0].id, *(message.uid for message in doc.messages)]
+    assert len(set(ids)) == len(ids)
+    for value in ids:
+        parsed = uuid.UUID(value)
+        assert (str(parsed), parsed.version, parsed.variant) == (value, 4, uuid.RFC_4122)
+    variants = {value[19] for value in ids}
+    assert variants == set("89ab")  # every variant digit occurs (2,002 draws)
