@@ -5,7 +5,8 @@ a list content in ``content_parts.text``. PostgreSQL: ``websearch_to_tsquery``
 against a GIN index on ``to_tsvector('english', text)`` of each, ranked with
 ``ts_rank``, snippets from ``ts_headline``. SQLite: the FTS5 tables
 ``message_text_search`` and ``message_search`` (porter stemming), ranked with
-bm25, snippets from ``snippet()``. Both take the
+bm25, snippets from ``snippet()``. An archive may drop these indexes to write
+faster and build them again later (:func:`set_search_index_on`). Both take the
 same query syntax (words, "quoted phrases", ``-word``, ``or``), never treat
 input as SQL, and give one hit per message, best first.
 """
@@ -282,12 +283,15 @@ def fts5_query(query: str) -> str | None:
 #: what the migrations create. PostgreSQL: one GIN index over each table's text.
 _PG_SEARCH_INDEX_DEFINITIONS = {
     "ix_messages_text_search": (
-        "ON messages USING gin (to_tsvector('english', text)) WHERE text IS NOT NULL"
+        f"ON messages USING gin (to_tsvector('{TEXT_SEARCH_CONFIG}', text)) WHERE text IS NOT NULL"
     ),
     "ix_content_parts_text_search": (
-        "ON content_parts USING gin (to_tsvector('english', text)) WHERE type = 'text'"
+        f"ON content_parts USING gin (to_tsvector('{TEXT_SEARCH_CONFIG}', text)) WHERE type = 'text'"
     ),
 }
+
+
+_TRIGGER_EVENTS = ("insert", "delete", "update")
 
 
 class _SqliteFullText(NamedTuple):
@@ -297,7 +301,7 @@ class _SqliteFullText(NamedTuple):
     name: str
     table: str
     indexed: str  # which rows of ``table`` it holds
-    triggers: tuple[str, str, str]  # insert, delete, update
+    triggers: tuple[str, str, str]  # named {name}_{event}, for each of _TRIGGER_EVENTS
 
     def create(self) -> list[str]:
         return [
@@ -308,7 +312,7 @@ class _SqliteFullText(NamedTuple):
 
     def drop(self) -> list[str]:
         return [
-            *(f"DROP TRIGGER IF EXISTS {self.name}_{event}" for event in ("insert", "delete", "update")),
+            *(f"DROP TRIGGER IF EXISTS {self.name}_{event}" for event in _TRIGGER_EVENTS),
             f"DROP TABLE IF EXISTS {self.name}",
         ]
 
@@ -318,7 +322,7 @@ class _SqliteFullText(NamedTuple):
         )
 
     def object_names(self) -> list[str]:
-        return [self.name, *(f"{self.name}_{event}" for event in ("insert", "delete", "update"))]
+        return [self.name, *(f"{self.name}_{event}" for event in _TRIGGER_EVENTS)]
 
 
 #: SQLite's full-text tables, as migrations 0005 (string contents) and 0002
@@ -363,7 +367,7 @@ _SQLITE_FULL_TEXT = (
 )
 
 _SEARCH_INDEX_OFF = (
-    "full-text search is off for this archive (its index was dropped to write faster); "
+    "full-text search is off for this archive (its index has been dropped); "
     "turn it on with 'chatarchive db search-index on' or set_search_index(True)"
 )
 

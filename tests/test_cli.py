@@ -211,6 +211,7 @@ def test_bench_reports_every_figure(run: Run, dialect: str) -> None:
         assert report["ratios"]["save_many, 2 writers / 1 writer"] > 0
         for name in ("save_many", "save_many_2_writers", "bulk", "raw_copy_own"):
             assert figures[f"ingest_{name}_no_search_index"] > 0
+        assert figures["ingest_2_writers_then_search_index"] > 0
         assert 0 < figures["bytes_per_message_no_search_index"] < figures["bytes_per_message"]
     assert run("db", "current").stdout.strip() == "none"  # ran in a throwaway database
 
