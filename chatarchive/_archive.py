@@ -472,7 +472,7 @@ class ChatArchive:
         """Create the full-text search index from the stored text, or drop it.
 
         Indexing each message's text is most of what a write costs on
-        PostgreSQL (about 5x the rest, see the README): an archive that is not
+        PostgreSQL (about 4x the rest, see the README): an archive that is not
         searched, or one being loaded before it is searched, writes faster
         without it. While it is off, :meth:`search` raises
         :class:`SchemaNotReady`; turning it on indexes every stored message, in
