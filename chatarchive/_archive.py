@@ -476,7 +476,9 @@ class ChatArchive:
         searched, or one being loaded before it is searched, writes faster
         without it. While it is off, :meth:`search` raises
         :class:`SchemaNotReady`; turning it on indexes every stored message, in
-        one transaction during which writes wait. The setting is the
+        one transaction during which writes wait (reads go on). Dropping it
+        waits for the queries running on the messages and their parts, and
+        holds back new ones for that short moment. The setting is the
         database's: every connection sees it until it is changed.
         """
         self._require_schema()
