@@ -431,6 +431,9 @@ def search_objects(archive: ChatArchive) -> list[tuple[Any, ...]]:
 async def _set_search_index_async(url: str, enabled: bool) -> bool:
     async with AsyncChatArchive(url) as archive:
         await archive.set_search_index(enabled)
+        if not enabled:
+            with pytest.raises(SchemaNotReady, match="search-index on"):
+                await archive.search("primer")
         return await archive.search_index()
 
 
