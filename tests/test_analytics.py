@@ -75,6 +75,41 @@ def test_tool_call_results(loaded: ChatRepository, session: Session) -> None:
     ]
 
 
+def test_tool_call_results_answer_texts(repo: ChatRepository, session: Session) -> None:
+    """The first tool message answering a call is its result, whatever its content's form."""
+    calls = [
+        {"id": name, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        for name in ("c1", "c2", "c3")
+    ]
+    call = {"role": "assistant", "content": None, "tool_calls": calls}
+    repo.save(
+        {
+            "chat_id": "answers",
+            "messages": [
+                {"role": "user", "content": "go"},
+                call,
+                {
+                    "role": "tool",
+                    "tool_call_id": "c1",
+                    "content": [
+                        {"type": "text", "text": "first"},
+                        {"type": "image_url", "image_url": {"url": "https://example.com/x.png"}},
+                        {"type": "text", "text": "answer"},
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c2", "content": None},
+                {"role": "tool", "tool_call_id": "c1", "content": "a later answer"},
+                {"role": "tool", "tool_call_id": "c3", "content": ""},
+            ],
+        }
+    )
+    assert rows(
+        session,
+        "SELECT call_id, result_position, result_text, answered, position_distance FROM tool_call_results "
+        "WHERE chat_id = 'answers' ORDER BY call_index",
+    ) == [("c1", 2, "first\nanswer", 1, 1), ("c2", 3, None, 1, 2), ("c3", 5, "", 1, 4)]
+
+
 def test_chat_stats(loaded: ChatRepository, session: Session) -> None:
     columns = (
         "chat_id, user_id, model, workflow_name, created_day, created_week, message_count, system_messages, "
