@@ -160,9 +160,7 @@ def db_search_index(state: str) -> None:
     wait until it is done.
     """
     archive = _state().archive
-    if state != "status":
-        archive.set_search_index(state == "on")
-    click.echo("on" if archive.search_index() else "off")
+    _switch(state, archive.set_search_index, archive.search_index)
 
 
 @db.command("rls")
@@ -174,9 +172,14 @@ def db_rls(state: str) -> None:
     scoped archive does) sees only that user's chats, whatever SQL it runs.
     """
     archive = _state().archive
+    _switch(state, archive.set_row_level_security, archive.row_level_security)
+
+
+def _switch(state: str, turn: Callable[[bool], None], current: Callable[[], bool]) -> None:
+    """An on|off|status command: set the switch unless asked its status, then print it."""
     if state != "status":
-        archive.set_row_level_security(state == "on")
-    click.echo("on" if archive.row_level_security() else "off")
+        turn(state == "on")
+    click.echo("on" if current() else "off")
 
 
 # -- import / export -------------------------------------------------------------

@@ -281,13 +281,11 @@ def fts5_query(query: str) -> str | None:
 #: The full-text search objects as the migrations leave them at head, to drop
 #: and create again (:func:`set_search_index_on`); a test keeps them equal to
 #: what the migrations create. PostgreSQL: one GIN index over each table's text.
+_MESSAGES_INDEX, _PARTS_INDEX = PG_SEARCH_INDEXES
+_GIN = f"USING gin (to_tsvector('{TEXT_SEARCH_CONFIG}', text))"
 _PG_SEARCH_INDEX_DEFINITIONS = {
-    "ix_messages_text_search": (
-        f"ON messages USING gin (to_tsvector('{TEXT_SEARCH_CONFIG}', text)) WHERE text IS NOT NULL"
-    ),
-    "ix_content_parts_text_search": (
-        f"ON content_parts USING gin (to_tsvector('{TEXT_SEARCH_CONFIG}', text)) WHERE type = 'text'"
-    ),
+    _MESSAGES_INDEX: f"ON messages {_GIN} WHERE text IS NOT NULL",
+    _PARTS_INDEX: f"ON content_parts {_GIN} WHERE type = 'text'",
 }
 
 
@@ -376,7 +374,7 @@ def search_index_of(connection: Connection) -> bool:
     """Whether the archive has its full-text search index (every object of it)."""
     if connection.dialect.name == "postgresql":
         present = text("SELECT count(to_regclass(name)) FROM unnest(CAST(:names AS text[])) AS name")
-        names = list(_PG_SEARCH_INDEX_DEFINITIONS)
+        names = list(PG_SEARCH_INDEXES)
     else:
         present = text("SELECT count(*) FROM sqlite_master WHERE name IN :names").bindparams(
             bindparam("names", expanding=True)

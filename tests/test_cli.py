@@ -289,3 +289,14 @@ def test_import_with_writers_traces_a_refused_chat_to_its_line(
     assert "imported 29 chats, 1 failed" in result.stderr
     assert len(run("export").stdout.splitlines()) == 29
     assert "not with --strict" in run("import", "--writers", "2", "--strict", path, expect=2).stderr
+
+
+def test_db_rls_switches_row_level_security(run: Run, dialect: str) -> None:
+    run("db", "upgrade")
+    assert run("db", "rls").stdout == "off\n"
+    if dialect == "sqlite":
+        assert "needs PostgreSQL" in run("db", "rls", "on", expect=1).stderr
+        return
+    assert run("db", "rls", "on").stdout == "on\n"
+    assert run("db", "rls", "status").stdout == "on\n"
+    assert run("db", "rls", "off").stdout == "off\n"
