@@ -29,7 +29,7 @@ from ._engine import DEFAULT_URL, URL_ENV
 from ._exceptions import ChatArchiveError
 from ._ingest import documents_in_flight
 from ._jsonio import Record, read_records
-from ._transcript import render_transcript
+from ._transcript import literal, printable, render_transcript
 from .formats import EXPORT_FORMATS, IMPORT_FORMATS
 from .formats.finetune import Filters, Selection, select
 
@@ -47,10 +47,10 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except ChatArchiveError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.ClickException(printable(str(exc))) from exc
         except OSError as exc:
             where = f"{exc.filename}: " if exc.filename else ""
-            raise click.ClickException(f"{where}{exc.strerror or exc}") from exc
+            raise click.ClickException(printable(f"{where}{exc.strerror or exc}")) from exc
 
 
 class _State:
@@ -76,7 +76,7 @@ def _state() -> _State:
 
 
 def _fail(message: str) -> NoReturn:
-    raise click.ClickException(message)
+    raise click.ClickException(printable(message))
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -240,7 +240,7 @@ def import_(
         if strict:
             _fail(f"{where}: {reason} (nothing imported)")
         failed += 1
-        _stderr.print(f"{where}: {reason}", markup=False)
+        _stderr.print(literal(f"{where}: {reason}"))
 
     def on_error(index: int, error: ChatArchiveError) -> None:
         report(in_flight.get(index, "?"), error)
@@ -379,9 +379,10 @@ def _output(path: str | None) -> Iterator[IO[str]]:
 def ls(user_id: str | None, limit: int) -> None:
     """List chats, most recently updated first."""
     page = _state().archive.list_chats(user_id=user_id, limit=limit)
-    table = Table("chat_id", "user", "title", "model", "messages", "updated (UTC)")
+    table = _table("chat_id", "user", "title", "model", "messages", "updated (UTC)")
     for chat in page.items:
-        table.add_row(
+        _add_row(
+            table,
             chat.chat_id,
             chat.user_id or "",
             chat.title or "",
@@ -494,13 +495,28 @@ def _write_csv(records: list[dict[str, Any]]) -> None:
         writer.writerow(["" if value is None else value for value in record.values()])
 
 
+def _table(key: str, *columns: str) -> Table:
+    """A table of stored values, folded rather than cut short when the terminal
+    is narrow (an id cut to "chat-1…" cannot be passed to 'show'); the other
+    columns give way first to the ``key`` column."""
+    table = Table()
+    table.add_column(literal(key), overflow="fold", no_wrap=True)
+    for column in columns:
+        table.add_column(literal(column), overflow="fold")
+    return table
+
+
+def _add_row(table: Table, *values: str) -> None:
+    table.add_row(*(literal(value) for value in values))
+
+
 def _print_stats(by: str, records: list[dict[str, Any]]) -> None:
     if not records:
         _stdout.print("(no data)")
         return
-    table = Table(*records[0])
+    table = _table(*records[0])
     for record in records:
-        table.add_row(*(_cell(value) for value in record.values()))
+        _add_row(table, *(_cell(value) for value in record.values()))
     _stdout.print(table)
     if by == "day":
         _print_daily_bars(records)
@@ -553,7 +569,7 @@ def search(
         _stderr.print("no matches")
         return
     for hit in hits:
-        header = Text(f"{hit.chat_id} [{hit.position}] {hit.role}", style="bold")
+        header = literal(f"{hit.chat_id} [{hit.position}] {hit.role}", style="bold")
         header.append(f"  {hit.created_at:%Y-%m-%d %H:%M}  rank {hit.rank:.3f}", style="dim")
         _stdout.print(header)
         _stdout.print(_highlighted(hit.snippet))
@@ -562,7 +578,7 @@ def search(
 def _highlighted(snippet: str) -> Text:
     text = Text("    ")
     for index, piece in enumerate(snippet.replace("»", "«").split("«")):
-        text.append(piece, style="bold yellow" if index % 2 else "")
+        text.append(printable(piece), style="bold yellow" if index % 2 else "")
     return text
 
 

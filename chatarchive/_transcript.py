@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from rich.console import Group
@@ -10,7 +11,7 @@ from rich.text import Text
 
 from ._document import ChatDocument, ContentPart, Message
 
-__all__ = ["render_transcript"]
+__all__ = ["literal", "printable", "render_transcript"]
 
 _ROLE_STYLES = {
     "system": "magenta",
@@ -21,12 +22,32 @@ _ROLE_STYLES = {
     "function": "yellow",
 }
 _PREVIEW = 300
+_CONTROLS = re.compile(r"\r\n|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` safe to show on a terminal: control characters, escape
+    sequences among them, shown as ``\\xNN`` instead of reaching the terminal
+    (stored chats hold whatever users and models wrote). Newlines and tabs are
+    kept, ``\\r\\n`` becomes a newline."""
+    return _CONTROLS.sub(_visible, text)
+
+
+def _visible(match: re.Match[str]) -> str:
+    control = match.group()
+    return "\n" if control == "\r\n" else f"\\x{ord(control):02x}"
+
+
+def literal(text: str, style: str = "") -> Text:
+    """``text`` for the console as it is: never read as markup or emoji codes,
+    control characters made visible (:func:`printable`)."""
+    return Text(printable(text), style=style)
 
 
 def render_transcript(doc: ChatDocument) -> Group:
     """Roles, content parts, tool calls with their results, and feedback.
 
-    All text is rendered literally (never as console markup)."""
+    All text is rendered literally (see :func:`literal`)."""
     lines: list[Text] = [_header(doc)]
     results = {
         message.tool_call_id: message
@@ -44,12 +65,12 @@ def render_transcript(doc: ChatDocument) -> Group:
             target = f"message {position_of[item.message_uid]}" if item.message_uid in position_of else "chat"
             fields = [f"score {item.score}" if item.score is not None else None, item.label, item.comment]
             text = ", ".join(field for field in fields if field)
-            lines.append(Text(f"  on {target}: {text}"))
+            lines.append(literal(f"  on {target}: {text}"))
     return Group(*lines)
 
 
 def _header(doc: ChatDocument) -> Text:
-    header = Text(f"chat {doc.chat_id}", style="bold")
+    header = literal(f"chat {doc.chat_id}", style="bold")
     details = {
         "title": doc.title,
         "user": doc.user_id,
@@ -63,17 +84,17 @@ def _header(doc: ChatDocument) -> Text:
     for name, value in details.items():
         if value:
             header.append(f"\n  {name}: ", style="dim")
-            header.append(value)
+            header.append(printable(value))
     return header
 
 
 def _message(index: int, message: Message, results: dict[str, Message]) -> list[Text]:
     title = Text(f"[{index}] ", style="dim")
-    title.append(message.role, style=_ROLE_STYLES.get(message.role, "bold"))
+    title.append(printable(message.role), style=_ROLE_STYLES.get(message.role, "bold"))
     if message.name:
-        title.append(f" ({message.name})")
+        title.append(printable(f" ({message.name})"))
     if message.tool_call_id:
-        title.append(f"  answers {message.tool_call_id}", style="dim")
+        title.append(printable(f"  answers {message.tool_call_id}"), style="dim")
     if not message.completed:
         title.append("  (incomplete)", style="red")
     lines = [title]
@@ -131,4 +152,4 @@ def _short(value: Any) -> str:
 
 
 def _indented(text: str, *, style: str = "") -> Text:
-    return Text("    " + text.replace("\n", "\n    "), style=style)
+    return literal("    " + text.replace("\n", "\n    "), style=style)

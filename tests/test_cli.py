@@ -23,8 +23,10 @@ Run = Callable[..., subprocess.CompletedProcess[str]]
 def run(empty_database: URL, tmp_path: Path) -> Run:
     url = empty_database.render_as_string(hide_password=False)
 
-    def run(*args: str, stdin: str | None = None, expect: int | None = 0) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "COLUMNS": "200"}
+    def run(
+        *args: str, stdin: str | None = None, expect: int | None = 0, columns: int = 200
+    ) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "COLUMNS": str(columns)}
         env.pop("CHATARCHIVE_DATABASE_URL", None)
         result = subprocess.run(
             [CHATARCHIVE, "--db", url, *args],
@@ -257,6 +259,60 @@ def test_stats_and_search(run: Run, tmp_path: Path) -> None:
     assert json.loads(run("search", "primer dimers", "--json").stdout) == hits
     assert "no matches" in run("search", "'&:*").stderr
     run("stats", "--by", "planet", expect=2)
+
+
+# Stored text is whatever users and models wrote: console markup, emoji codes,
+# terminal escape sequences (clear the screen, set the window title, CSI as one
+# C1 byte), a carriage return that would let later text overwrite earlier text.
+HOSTILE = "[/x] [red]red[/red] :smile: \x1b[2J\x1b]0;title\x07 \x9b31m back\rspace"
+
+
+def test_terminal_output_shows_stored_text_literally(run: Run, tmp_path: Path) -> None:
+    run("db", "upgrade")
+    doc = {
+        "chat_id": "hostile\x1b[1m",
+        "user_id": HOSTILE,
+        "title": HOSTILE,
+        "model": HOSTILE,
+        "messages": [
+            {"role": "user", "name": HOSTILE, "content": f"zebrafish {HOSTILE}"},
+            {"role": "assistant", "content": [{"type": "text", "text": f"zebrafish {HOSTILE}"}]},
+        ],
+        "feedback": [{"score": 1, "comment": HOSTILE}],
+    }
+    run("import", write(tmp_path / "hostile.json", json.dumps(doc)))
+    shown = "[/x] [red]red[/red] :smile: \\x1b[2J\\x1b]0;title\\x07 \\x9b31m back\\x0dspace"
+    outputs = {
+        "ls": run("ls").stdout,
+        "show": run("show", doc["chat_id"]).stdout,
+        "stats": run("stats", "--by", "user").stdout,
+        "search": run("search", "zebrafish").stdout,
+    }
+    for command, output in outputs.items():
+        assert not {"\x1b", "\x9b", "\x07", "\r"} & set(output), command
+        # Tables wrap cells between words.
+        for word in shown.split():
+            assert word in output, (command, word)
+    assert shown in outputs["search"]
+    # title, user, model, name, the two contents, feedback
+    assert outputs["show"].count(shown) == 7
+    assert "hostile\\x1b[1m" in outputs["ls"]
+    # The JSON outputs keep the exact text.
+    assert run("show", doc["chat_id"], "--json").stdout.count("\\u001b[2J") == 7
+    assert json.loads(run("export").stdout)["title"] == HOSTILE
+
+
+def test_ls_folds_rather_than_cuts_ids_in_a_narrow_terminal(run: Run, tmp_path: Path) -> None:
+    run("db", "upgrade")
+    chat_id = "session-2026-11-30-0001-lab"
+    doc = {
+        "chat_id": chat_id,
+        "title": "a title of many words " * 4,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    run("import", write(tmp_path / "doc.json", json.dumps(doc)))
+    assert chat_id in run("ls", columns=60).stdout
+    assert "…" not in run("ls", columns=30).stdout
 
 
 def test_import_with_writers_traces_a_refused_chat_to_its_line(
