@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,6 +47,12 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            # What reads the output went away ('chatarchive export | head'): stop
+            # quietly, as Unix tools do. Python's own last flush of stdout would
+            # fail again, so stdout now leads nowhere.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            ctx.exit(1)
         except ChatArchiveError as exc:
             raise click.ClickException(printable(str(exc))) from exc
         except OSError as exc:

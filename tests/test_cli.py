@@ -315,6 +315,23 @@ def test_ls_folds_rather_than_cuts_ids_in_a_narrow_terminal(run: Run, tmp_path: 
     assert "…" not in run("ls", columns=30).stdout
 
 
+def test_output_closed_by_its_reader_ends_quietly(run: Run, tmp_path: Path, empty_database: URL) -> None:
+    run("db", "upgrade")
+    docs = [{"chat_id": f"c{n}", "messages": [{"role": "user", "content": "x" * 10_000}]} for n in range(40)]
+    run("import", write(tmp_path / "docs.json", json.dumps(docs)))
+    # More than a pipe holds: the command is still writing when the reader leaves.
+    url = empty_database.render_as_string(hide_password=False)
+    with subprocess.Popen(
+        [CHATARCHIVE, "--db", url, "export"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as export:
+        assert export.stdout is not None
+        assert export.stderr is not None
+        assert json.loads(export.stdout.readline())["chat_id"]
+        export.stdout.close()
+        assert export.wait() == 1
+        assert export.stderr.read() == b""
+
+
 def test_import_with_writers_traces_a_refused_chat_to_its_line(
     run: Run, tmp_path: Path, empty_database: URL
 ) -> None:
