@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import sqlalchemy
 import sqlalchemy.ext.asyncio
 from sqlalchemy import URL, Engine, event, make_url
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import ArgumentError, DisconnectionError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ._exceptions import DatabaseError
+from ._exceptions import DatabaseError, InvalidDocument
 
 __all__ = [
     "DEFAULT_URL",
@@ -35,13 +37,39 @@ def database_url(url: str | URL | None = None) -> URL:
     """The URL to use: ``url``, else ``$CHATARCHIVE_DATABASE_URL``, else the SQLite default.
 
     ``postgresql://`` and ``postgres://`` URLs are given the psycopg 3 driver.
+
+    Raises:
+        InvalidDocument: (field ``url``) for a string that is not a URL, or a
+            database other than PostgreSQL and SQLite.
     """
     if url is None:
         url = os.environ.get(URL_ENV) or DEFAULT_URL
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        # Not echoed: the string may hold a password.
+        raise InvalidDocument(
+            "not a database URL (postgresql://user@host/database or sqlite:///file.db)", field="url"
+        ) from None
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() not in ("postgresql", "sqlite"):
+        raise InvalidDocument(
+            f"chatarchive keeps archives in PostgreSQL or SQLite, not {parsed.get_backend_name()!r}",
+            field="url",
+        )
     return parsed
+
+
+@contextmanager
+def _driver_of(url: URL) -> Iterator[None]:
+    """A URL naming a driver that is not installed fails with that said."""
+    try:
+        yield
+    except (ImportError, NoSuchModuleError) as exc:
+        raise InvalidDocument(
+            f"cannot load the database driver {url.get_driver_name()!r}: {exc}", field="url"
+        ) from exc
 
 
 #: A pooled PostgreSQL connection idle for longer than this (seconds) is
@@ -64,7 +92,8 @@ def create_engine(
     """
     parsed = database_url(url)
     _add_statement_timeout(parsed, statement_timeout, options)
-    engine = sqlalchemy.create_engine(parsed, **options)
+    with _driver_of(parsed):
+        engine = sqlalchemy.create_engine(parsed, **options)
     _set_up(engine, parsed, options)
     return engine
 
@@ -78,7 +107,8 @@ def create_async_engine(
     if parsed.drivername in ("sqlite", "sqlite+pysqlite"):
         parsed = parsed.set(drivername="sqlite+aiosqlite")
     _add_statement_timeout(parsed, statement_timeout, options)
-    engine = sqlalchemy.ext.asyncio.create_async_engine(parsed, **options)
+    with _driver_of(parsed):
+        engine = sqlalchemy.ext.asyncio.create_async_engine(parsed, **options)
     _set_up(engine.sync_engine, parsed, options)
     return engine
 

@@ -20,6 +20,7 @@ from chatarchive import (
     ConflictError,
     DatabaseError,
     InvalidDocument,
+    create_async_engine,
     create_engine,
     database_url,
     for_writing,
@@ -90,6 +91,23 @@ def test_database_url(monkeypatch: pytest.MonkeyPatch) -> None:
     assert database_url().drivername == "postgresql+psycopg"
     assert database_url("postgres://h/db").drivername == "postgresql+psycopg"
     assert database_url("sqlite:///x.db").drivername == "sqlite"
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("not a url with a s3cret", "not a database URL"),
+        ("mysql://me:s3cret@db.example/chats", "PostgreSQL or SQLite, not 'mysql'"),
+        ("postgresql+nosuchdriver://me:s3cret@h/db", "cannot load the database driver 'nosuchdriver'"),
+    ],
+)
+def test_unusable_urls_are_refused_clearly(url: str, reason: str) -> None:
+    with pytest.raises(InvalidDocument, match=reason) as raised:
+        ChatArchive(url)
+    assert raised.value.field == "url"
+    assert "s3cret" not in str(raised.value)
+    with pytest.raises(InvalidDocument, match=reason):
+        create_async_engine(url)
 
 
 def test_default_archive_lives_in_the_working_directory(
