@@ -17,6 +17,7 @@ __all__ = ["Record", "is_message_list", "read_records"]
 
 _JSONL_SUFFIXES = (".jsonl", ".ndjson", ".jsonlines")
 _WHITESPACE = " \t\n\r"
+_BOM = "\ufeff"
 _decoder = json.JSONDecoder()
 
 
@@ -46,11 +47,13 @@ def is_message_list(value: object) -> bool:
 
 
 def read_records(stream: IO[str], source: str) -> Iterator[Record]:
-    """The records in one file (``stream`` opened as text)."""
+    """The records in one file (``stream`` opened as text). A byte order mark
+    at the start is skipped: Windows tools write one, and JSON's RFC 8259 lets
+    readers ignore it."""
     if source.lower().endswith(_JSONL_SUFFIXES):
-        yield from _json_lines(stream, source, first_line=1)
+        yield from _json_lines(_without_bom(stream), source, first_line=1)
         return
-    text = stream.read()
+    text = stream.read().removeprefix(_BOM)
     start = _skip(text, 0)
     if start == len(text):
         return
@@ -72,6 +75,13 @@ def read_records(stream: IO[str], source: str) -> Iterator[Record]:
         yield from _array_items(text, start, source)
     else:
         yield Record(source, _line_of(text, start), value)
+
+
+def _without_bom(lines: IO[str]) -> Iterator[str]:
+    first = next(lines, None)
+    if first is not None:
+        yield first.removeprefix(_BOM)
+        yield from lines
 
 
 def _skip(text: str, index: int) -> int:
@@ -98,7 +108,7 @@ def _array_items(text: str, start: int, source: str) -> Iterator[Record]:
             index = _skip(text, index + 1)
 
 
-def _json_lines(lines: Iterator[str] | IO[str], source: str, *, first_line: int) -> Iterator[Record]:
+def _json_lines(lines: Iterator[str], source: str, *, first_line: int) -> Iterator[Record]:
     for number, line in enumerate(lines, start=first_line):
         if not line.strip():
             continue

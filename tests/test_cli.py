@@ -155,6 +155,17 @@ def test_import_from_stdin(run: Run) -> None:
     assert json.loads(run("export").stdout)["chat_id"] == "doc-1"
 
 
+def test_import_skips_a_byte_order_mark(run: Run, tmp_path: Path) -> None:
+    run("db", "upgrade")
+    bom = "\ufeff"
+    run("import", write(tmp_path / "one.json", bom + json.dumps(DOC)))
+    lines = [json.dumps({**DOC, "chat_id": f"line-{n}"}) for n in range(2)]
+    run("import", write(tmp_path / "lines.jsonl", bom + "\n".join(lines) + "\n"))
+    run("import", "-", stdin=bom + json.dumps({**DOC, "chat_id": "piped"}))
+    exported = [json.loads(line)["chat_id"] for line in run("export").stdout.splitlines()]
+    assert sorted(exported) == ["doc-1", "line-0", "line-1", "piped"]
+
+
 def test_rm_user_asks_first(run: Run, tmp_path: Path) -> None:
     run("db", "upgrade")
     run("import", "-", stdin=json.dumps([DOC, {**DOC, "chat_id": "doc-2"}]))
