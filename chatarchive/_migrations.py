@@ -12,11 +12,12 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import Connection, Engine
 
 from alembic import command
 
-from ._exceptions import ChatArchiveError, database_errors
+from ._exceptions import ChatArchiveError, InvalidDocument, database_errors
 from ._schema import VERSION_TABLE, described_by_models, metadata
 
 __all__ = [
@@ -51,10 +52,16 @@ def migrate(connection: Connection, revision: str, *, up: bool) -> None:
     """Run the migrations on ``connection`` (not in a transaction yet) to ``revision``."""
     config = alembic_config()
     config.attributes["connection"] = connection
-    if up:
-        command.upgrade(config, revision)
-    else:
-        command.downgrade(config, revision)
+    try:
+        if up:
+            command.upgrade(config, revision)
+        else:
+            command.downgrade(config, revision)
+    except CommandError as exc:  # an unknown revision, or one on the wrong side
+        known = [script.revision for script in ScriptDirectory.from_config(config).walk_revisions()]
+        raise InvalidDocument(
+            f"{exc} (revisions: {', '.join(reversed(known))}, head, base)", field="revision"
+        ) from exc
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:

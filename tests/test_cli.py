@@ -70,6 +70,7 @@ DOC = {
 
 def test_db_commands(run: Run) -> None:
     assert run("db", "current").stdout.strip() == "none"
+    assert "revisions: 0001" in run("db", "upgrade", "0099", expect=1).stderr
     assert "revision none" in run("db", "check", expect=1).stderr
     run("db", "upgrade")
     assert run("db", "current").stdout.strip() == SCHEMA_REVISION

@@ -12,7 +12,7 @@ import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy import URL, inspect
 
-from chatarchive import ChatArchive, SchemaNotReady, create_engine
+from chatarchive import ChatArchive, InvalidDocument, SchemaNotReady, create_engine
 from chatarchive._migrations import alembic_config, check, current_revision, downgrade, upgrade
 from chatarchive._schema import SCHEMA_REVISION, SEARCH_OBJECTS, VERSION_TABLE, metadata
 
@@ -89,6 +89,18 @@ def test_check_reports_a_database_that_is_behind(empty_database: URL) -> None:
             ChatArchive(engine=engine).get("x")
     finally:
         engine.dispose()
+
+
+def test_an_unknown_revision_is_refused_and_changes_nothing(empty_database: URL) -> None:
+    with ChatArchive(empty_database) as archive:
+        archive.upgrade("0004")
+        for migrate in (archive.upgrade, archive.downgrade):
+            with pytest.raises(
+                InvalidDocument, match=r"'0099' \(revisions: 0001, 0002, .*, head, base\)"
+            ) as raised:
+                migrate("0099")
+            assert raised.value.field == "revision"
+        assert archive.current_revision() == "0004"
 
 
 def _env_with_url(url: URL) -> dict[str, str]:
