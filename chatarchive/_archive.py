@@ -21,9 +21,10 @@ from ._exceptions import (
     ChatArchiveError,
     ChatNotFound,
     DatabaseError,
-    InvalidDocument,
     SchemaNotReady,
     database_errors,
+    require_at_least_one,
+    require_user_id,
 )
 from ._ingest import WRITER_QUEUE, PreparedBatch, check_writers, prepared_batches, split_by_chat
 from ._repository import ChatChanges, ChatRepository, OnError, load_documents
@@ -100,7 +101,7 @@ class ChatArchive:
         belong to that user. On PostgreSQL, each transaction also sets
         ``chatarchive.user_id`` for row-level security (``chatarchive db rls on``)."""
         scoped = ChatArchive(engine=self._engine, limits=self._limits)
-        scoped._user_id = user_id
+        scoped._user_id = require_user_id(user_id)
         scoped._schema_ready = self._schema_ready
         return scoped
 
@@ -228,8 +229,7 @@ class ChatArchive:
             return self._call(
                 lambda repo: repo.save_many(docs, batch_size=batch_size, bulk=True, on_error=on_error)
             )
-        if batch_size < 1:
-            raise InvalidDocument("batch_size must be at least 1", field="batch_size")
+        require_at_least_one(batch_size, "batch_size")
         self._require_schema()
         batches = prepared_batches(docs, batch_size, stop_at_error=on_error is None, limits=self._limits)
         # Closed on the way out, so that its thread stops even while an error's traceback lives on.
@@ -407,6 +407,7 @@ class ChatArchive:
         """Every chat (or every chat of one user) in ``chat_id`` order, read
         ``batch_size`` chats per transaction so no transaction stays open
         between batches."""
+        require_at_least_one(batch_size, "batch_size")
         after: str | None = None
         while True:
             chat_ids = self._read(

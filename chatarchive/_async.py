@@ -24,7 +24,12 @@ from sqlalchemy.orm import Session
 from ._archive import row_level_security_of, set_row_level_security_on
 from ._document import ChatDocument, ChatPage, Feedback, Limits, Message
 from ._engine import create_async_engine, for_reading, for_writing
-from ._exceptions import InvalidDocument, SchemaNotReady, database_errors
+from ._exceptions import (
+    SchemaNotReady,
+    database_errors,
+    require_at_least_one,
+    require_user_id,
+)
 from ._ingest import PreparedBatch, check_writers, prepared_batches, split_by_chat
 from ._migrations import migrate, problems_of, revision_of
 from ._repository import ChatChanges, ChatRepository, OnError
@@ -173,6 +178,7 @@ class AsyncChatRepository:
     async def export(
         self, *, user_id: str | None = None, batch_size: int = 100
     ) -> AsyncIterator[ChatDocument]:
+        require_at_least_one(batch_size, "batch_size")
         after: str | None = None
         while batch := await self.chat_ids(user_id=user_id, after=after, limit=batch_size):
             for document in await self.get_many(batch):
@@ -222,7 +228,7 @@ class AsyncChatArchive:
     def for_user(self, user_id: str) -> AsyncChatArchive:
         """The same archive seen by one user; see :meth:`ChatArchive.for_user`."""
         scoped = AsyncChatArchive(engine=self._engine, limits=self._limits)
-        scoped._user_id = user_id
+        scoped._user_id = require_user_id(user_id)
         scoped._schema_ready = self._schema_ready
         return scoped
 
@@ -306,8 +312,7 @@ class AsyncChatArchive:
             return await self._call(
                 lambda repo: repo.save_many(docs, batch_size=batch_size, bulk=True, on_error=on_error)
             )
-        if batch_size < 1:
-            raise InvalidDocument("batch_size must be at least 1", field="batch_size")
+        require_at_least_one(batch_size, "batch_size")
         if self._engine.dialect.name != "postgresql":
             writers = 1  # one writer at a time
         saved = 0
@@ -477,6 +482,7 @@ class AsyncChatArchive:
         self, *, user_id: str | None = None, batch_size: int = 100
     ) -> AsyncIterator[ChatDocument]:
         """Every chat in ``chat_id`` order, a batch per transaction."""
+        require_at_least_one(batch_size, "batch_size")
         after: str | None = None
         while batch := await self._read(
             partial(ChatRepository.chat_ids, user_id=user_id, after=after, limit=batch_size)

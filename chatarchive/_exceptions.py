@@ -29,6 +29,8 @@ __all__ = [
     "InvalidDocument",
     "SchemaNotReady",
     "database_errors",
+    "require_at_least_one",
+    "require_user_id",
 ]
 
 
@@ -63,6 +65,21 @@ class InvalidDocument(ChatArchiveError, ValueError):
         if field:
             where.append(f"field {field!r}")
         super().__init__(f"{', '.join(where)}: {reason}" if where else reason)
+
+
+def require_at_least_one(value: int, name: str) -> None:
+    """Refuse a count argument (``limit``, ``batch_size``, ``writers``) below 1."""
+    if value < 1:
+        raise InvalidDocument(f"{name} must be at least 1", field=name)
+
+
+def require_user_id(user_id: object) -> str:
+    """Refuse a user id that names nobody: ``None`` or ``""`` would otherwise
+    select every chat without a user (``delete_user``) or lift the scope
+    (``for_user``)."""
+    if not isinstance(user_id, str) or not user_id:
+        raise InvalidDocument(f"user_id must be a non-empty string, not {user_id!r}", field="user_id")
+    return user_id
 
 
 class ChatNotFound(ChatArchiveError, LookupError):

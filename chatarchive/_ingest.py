@@ -25,7 +25,7 @@ from sqlalchemy import Boolean, Double, Integer, Table, insert
 from sqlalchemy.orm import Session
 
 from ._document import ChatDocument, Limits
-from ._exceptions import InvalidDocument
+from ._exceptions import InvalidDocument, require_at_least_one
 from ._rows import ChatRows, document_to_rows
 from ._types import ArchiveText, JsonObject, UTCDateTime, escape_text, postgres_json_text
 
@@ -63,8 +63,7 @@ class PreparedBatch:
 
 def check_writers(writers: int, *, bulk: bool) -> None:
     """The ``writers`` argument of save_many: at least one, and one for a bulk load."""
-    if writers < 1:
-        raise InvalidDocument("writers must be at least 1", field="writers")
+    require_at_least_one(writers, "writers")
     if bulk and writers > 1:
         raise InvalidDocument("a bulk load is one transaction: it has one writer", field="writers")
 

@@ -43,7 +43,15 @@ from ._document import (
     parse_feedback,
     parse_messages,
 )
-from ._exceptions import ChatArchiveError, ChatNotFound, ConflictError, InvalidDocument, database_errors
+from ._exceptions import (
+    ChatArchiveError,
+    ChatNotFound,
+    ConflictError,
+    InvalidDocument,
+    database_errors,
+    require_at_least_one,
+    require_user_id,
+)
 from ._ingest import PreparedBatch, prepared_batches, row_writer
 from ._rows import (
     ChatRows,
@@ -228,8 +236,7 @@ class ChatRepository:
         Returns:
             How many documents were saved.
         """
-        if batch_size < 1:
-            raise InvalidDocument("batch_size must be at least 1", field="batch_size")
+        require_at_least_one(batch_size, "batch_size")
         saved = 0
         batches = prepared_batches(docs, batch_size, stop_at_error=on_error is None, limits=self._limits)
         with closing(batches), self._write(), self._bulk_load() if bulk else nullcontext():
@@ -583,6 +590,7 @@ class ChatRepository:
 
     def delete_user(self, user_id: str) -> int:
         """Delete every chat of a user; returns how many there were."""
+        user_id = require_user_id(user_id)
         if self._user_id is not None and user_id != self._user_id:
             return 0
         with self._write():
@@ -626,8 +634,7 @@ class ChatRepository:
         ``since`` / ``until`` bound ``updated_at`` (inclusive / exclusive).
         Pass the returned ``next_cursor`` as ``cursor`` for the next page.
         """
-        if limit < 1:
-            raise InvalidDocument("limit must be at least 1", field="limit")
+        require_at_least_one(limit, "limit")
         user_id = self._scope_user(user_id)
         if user_id is _NOBODY:
             return ChatPage(items=[], next_cursor=None)
@@ -693,8 +700,7 @@ class ChatRepository:
             SchemaNotReady: the archive's search index is off
                 (:meth:`ChatArchive.set_search_index`).
         """
-        if limit < 1:
-            raise InvalidDocument("limit must be at least 1", field="limit")
+        require_at_least_one(limit, "limit")
         user_id = self._scope_user(user_id)
         if user_id is _NOBODY:
             return []
@@ -712,6 +718,7 @@ class ChatRepository:
     def export(self, *, user_id: str | None = None, batch_size: int = 100) -> Iterator[ChatDocument]:
         """Every stored chat (or every chat of one user), in ``chat_id`` order,
         loaded ``batch_size`` chats at a time."""
+        require_at_least_one(batch_size, "batch_size")
         after: str | None = None
         while True:
             batch = self.chat_ids(user_id=user_id, after=after, limit=batch_size)
@@ -724,6 +731,7 @@ class ChatRepository:
         self, *, user_id: str | None = None, after: str | None = None, limit: int = 100
     ) -> list[str]:
         """Chat ids in ascending order, ``limit`` at a time after ``after``."""
+        require_at_least_one(limit, "limit")
         user_id = self._scope_user(user_id)
         if user_id is _NOBODY:
             return []

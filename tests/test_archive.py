@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from chatarchive import (
     DEFAULT_URL,
@@ -77,11 +78,29 @@ def test_a_failed_call_inside_a_transaction_leaves_the_rest(archive: ChatArchive
     assert [m.content for m in archive.get("a").messages] == ["hi", "still fine"]
 
 
-def test_export_streams_in_batches(archive: ChatArchive) -> None:
+def test_export_streams_in_batches(
+    archive: ChatArchive, async_engine: AsyncEngine, runner: asyncio.Runner
+) -> None:
     for index in range(7):
         archive.save(chat(f"c{index}", user_id="x" if index % 2 else "y"))
     assert [d.chat_id for d in archive.export(batch_size=3)] == [f"c{i}" for i in range(7)]
     assert [d.chat_id for d in archive.export(user_id="x", batch_size=2)] == ["c1", "c3", "c5"]
+    # Not an empty export.
+    with pytest.raises(InvalidDocument, match="batch_size must be at least 1"):
+        list(archive.export(batch_size=0))
+    with archive.transaction() as repository, pytest.raises(InvalidDocument, match="batch_size"):
+        list(repository.export(batch_size=0))
+
+    async def export_async(in_transaction: bool) -> list[ChatDocument]:
+        async_archive = AsyncChatArchive(engine=async_engine)
+        if not in_transaction:
+            return [doc async for doc in async_archive.export(batch_size=0)]
+        async with async_archive.transaction() as async_repository:
+            return [doc async for doc in async_repository.export(batch_size=0)]
+
+    for in_transaction in (False, True):
+        with pytest.raises(InvalidDocument, match="batch_size"):
+            runner.run(export_async(in_transaction))
 
 
 def test_database_url(monkeypatch: pytest.MonkeyPatch) -> None:

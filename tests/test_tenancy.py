@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from sqlalchemy import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from chatarchive import AsyncChatArchive, ChatArchive, ChatNotFound, InvalidDocument
 
@@ -70,6 +71,25 @@ def test_a_user_saves_only_their_own_chats(two_users: ChatArchive) -> None:
         alice.update("alice-1", user_id="bob")
     assert alice.delete_user("alice") == 3
     assert [c.chat_id for c in two_users.list_chats().items] == ["bob-1"]
+
+
+@pytest.mark.parametrize("nobody", [None, ""])
+def test_a_user_id_that_names_nobody_is_refused(
+    two_users: ChatArchive, async_engine: AsyncEngine, runner: asyncio.Runner, nobody: str
+) -> None:
+    """``delete_user(None)`` would delete every chat without a user, and
+    ``for_user(None)`` would see every user's chats."""
+    two_users.save(tool_chat("anonymous"))
+    async_archive = AsyncChatArchive(engine=async_engine)
+    for attempt in (
+        lambda: two_users.delete_user(nobody),
+        lambda: two_users.for_user(nobody),
+        lambda: async_archive.for_user(nobody),
+        lambda: runner.run(async_archive.delete_user(nobody)),
+    ):
+        with pytest.raises(InvalidDocument, match="user_id must be a non-empty string"):
+            attempt()
+    assert len(two_users.list_chats().items) == 4
 
 
 @pytest.fixture
