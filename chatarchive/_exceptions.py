@@ -5,7 +5,7 @@ database driver errors are translated at the repository boundary and never
 escape raw::
 
     ChatArchiveError
-     ├── InvalidDocument    bad input: a document, message, part or feedback item
+     ├── InvalidDocument    bad input: a document, message, part or feedback item, or an argument
      ├── ChatNotFound       the chat does not exist (or is not visible to the caller)
      ├── ConflictError      another writer got there first (version or key clash)
      ├── SchemaNotReady     the database has not been migrated to this version
@@ -39,7 +39,9 @@ class ChatArchiveError(Exception):
 
 
 class InvalidDocument(ChatArchiveError, ValueError):
-    """Raised when input is not a valid chat document, message, part or feedback item.
+    """Raised when input is not a valid chat document, message, part or feedback
+    item, or an argument is unusable (a ``limit`` of 0, an unknown revision, a
+    database URL that is not one).
 
     The message names the chat, the message index and the field at fault, and
     the same facts are available as attributes.
