@@ -170,7 +170,7 @@ class ChatRepository:
         self._session = session
         self._savepoints = savepoints
         self._limits = limits
-        self._user_id = user_id
+        self._user_id = None if user_id is None else require_user_id(user_id)
 
     # -- writes ----------------------------------------------------------------
 

@@ -10,8 +10,9 @@ import psycopg
 import pytest
 from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.orm import Session
 
-from chatarchive import AsyncChatArchive, ChatArchive, ChatNotFound, InvalidDocument
+from chatarchive import AsyncChatArchive, ChatArchive, ChatNotFound, ChatRepository, InvalidDocument
 
 from .test_repository import tool_chat
 
@@ -86,6 +87,7 @@ def test_a_user_id_that_names_nobody_is_refused(
         lambda: two_users.for_user(nobody),
         lambda: async_archive.for_user(nobody),
         lambda: runner.run(async_archive.delete_user(nobody)),
+        lambda: ChatRepository(Session(), user_id=""),
     ):
         with pytest.raises(InvalidDocument, match="user_id must be a non-empty string"):
             attempt()
