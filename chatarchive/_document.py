@@ -445,7 +445,7 @@ class ChatDocument(_Record):
         Raises:
             InvalidDocument: when a message (or a chat field) is not valid.
         """
-        if isinstance(messages, (str, bytes, Mapping)):
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
             raise InvalidDocument("messages must be a list of message objects", field="messages")
         return cls.parse({**chat_fields, "messages": list(messages)})
 

@@ -273,9 +273,10 @@ def test_bad_documents_are_named_precisely(data: Any, where: dict[str, Any], rea
         assert repr(data["chat_id"]) in str(error)
 
 
-def test_from_openai_refuses_a_non_list() -> None:
+@pytest.mark.parametrize("not_a_list", [{"role": "user"}, "user", 5, None, True])
+def test_from_openai_refuses_a_non_list(not_a_list: Any) -> None:
     with pytest.raises(InvalidDocument, match="list"):
-        ChatDocument.from_openai({"role": "user"})  # type: ignore[dict-item]
+        ChatDocument.from_openai(not_a_list)
 
 
 def test_message_to_openai_leaves_archive_fields_out() -> None:
