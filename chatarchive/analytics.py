@@ -9,6 +9,9 @@ SQLAlchemy ``Session`` / ``Connection`` on its database) and the same filters:
 - ``user_id``, ``model`` (the chat's chosen model), ``workflow`` (the workflow
   context's name).
 
+A user's archive (:meth:`~chatarchive.ChatArchive.for_user`) counts only that
+user's chats, as its own calls see only them.
+
 The queries read the views that migration 0002 creates (``chat_stats``,
 ``tool_call_results``, ``daily_usage``, ``feedback_summary``); the README's
 "SQL analytics" section shows the same questions as plain SQL.
@@ -27,6 +30,7 @@ from sqlalchemy import (
     Select,
     case,
     column,
+    false,
     func,
     literal,
     literal_column,
@@ -243,6 +247,7 @@ _feedback = _view("feedback", "chat_id", "score", "created_at")
 def _filtered(
     query: Select[Any],
     *,
+    source: Source,
     chat: Any,
     time: ColumnElement[Any],
     workflow: ColumnElement[Any],
@@ -252,6 +257,11 @@ def _filtered(
     model: str | None,
     workflow_name: str | None,
 ) -> Select[Any]:
+    scope = source._user_id if isinstance(source, ChatArchive) else None
+    if scope is not None:  # a user's archive (for_user) counts only that user's chats
+        if user_id is not None and user_id != scope:
+            return query.where(false())
+        user_id = scope
     if since is not None:
         query = query.where(time >= _timestamp(since))
     if until is not None:
@@ -364,6 +374,7 @@ def daily_usage(
     )
     query = _filtered(
         query,
+        source=source,
         chat=_chats,
         time=_messages.c.created_at,
         workflow=_workflow_of_chat(source),
@@ -387,7 +398,9 @@ def _per_chat(source: Source, key: ColumnElement[Any], **filters: Any) -> Select
         func.sum(stats.c.prompt_tokens).label("prompt_tokens"),
         func.sum(stats.c.completion_tokens).label("completion_tokens"),
     ).group_by(key)
-    return _filtered(query, chat=stats, time=stats.c.created_at, workflow=stats.c.workflow_name, **filters)
+    return _filtered(
+        query, source=source, chat=stats, time=stats.c.created_at, workflow=stats.c.workflow_name, **filters
+    )
 
 
 def _feedback_columns() -> list[ColumnElement[Any]]:
@@ -486,6 +499,7 @@ def tool_usage(
     )
     query = _filtered(
         query,
+        source=source,
         chat=_chat_stats,
         time=_chat_stats.c.created_at,
         workflow=_chat_stats.c.workflow_name,
@@ -526,6 +540,7 @@ def feedback_summary(
     )
     query = _filtered(
         query,
+        source=source,
         chat=_chats,
         time=_feedback.c.created_at,
         workflow=_workflow_of_chat(source),

@@ -12,7 +12,14 @@ from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
 
-from chatarchive import AsyncChatArchive, ChatArchive, ChatNotFound, ChatRepository, InvalidDocument
+from chatarchive import (
+    AsyncChatArchive,
+    ChatArchive,
+    ChatNotFound,
+    ChatRepository,
+    InvalidDocument,
+    analytics,
+)
 
 from .test_repository import tool_chat
 
@@ -72,6 +79,21 @@ def test_a_user_saves_only_their_own_chats(two_users: ChatArchive) -> None:
         alice.update("alice-1", user_id="bob")
     assert alice.delete_user("alice") == 3
     assert [c.chat_id for c in two_users.list_chats().items] == ["bob-1"]
+
+
+def test_a_users_analytics_count_only_their_chats(two_users: ChatArchive) -> None:
+    alice = two_users.for_user("alice")
+    assert [(row.user_id, row.chats) for row in analytics.user_activity(alice)] == [("alice", 2)]
+    assert sum(row.messages for row in analytics.daily_usage(alice)) == 10
+    assert sum(row.calls for row in analytics.tool_usage(alice)) == 2
+    assert sum(row.chats for row in analytics.model_usage(alice)) == 2
+    assert sum(row.chats for row in analytics.workflow_usage(alice)) == 2
+    two_users.add_feedback("bob-1", {"score": 1})
+    assert analytics.feedback_summary(alice) == []
+    for ask in (analytics.user_activity, analytics.daily_usage, analytics.tool_usage):
+        assert ask(alice, user_id="bob") == []
+    # The unscoped archive still counts everyone.
+    assert {row.user_id for row in analytics.user_activity(two_users)} == {"alice", "bob"}
 
 
 @pytest.mark.parametrize("nobody", [None, ""])
