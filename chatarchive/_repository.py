@@ -67,7 +67,7 @@ from ._schema import metadata
 from ._search import SearchHit, search_messages
 from ._types import ArchiveText, UTCDateTime, escape_text, unescape_json_text
 
-__all__ = ["ChatChanges", "ChatRepository", "OnError"]
+__all__ = ["NOBODY", "ChatChanges", "ChatRepository", "OnError", "scoped_user"]
 
 #: ``on_error(index, error)``: told about a document that could not be saved.
 OnError = Callable[[int, ChatArchiveError], None]
@@ -115,8 +115,19 @@ _SECONDARY_INDEXES = text(
     "AND i.relam <> (SELECT oid FROM pg_am WHERE amname = 'gin') ORDER BY i.relname"
 )
 
-# A user no chat can belong to: what a scoped repository reads for another user.
-_NOBODY = "\x00nobody"
+#: A user no chat can belong to: what a user's archive reads for another user.
+NOBODY = "\x00nobody"
+
+
+def scoped_user(scope: str | None, user_id: str | None) -> str | None:
+    """The user a read is about, for an archive scoped to ``scope`` (``None``:
+    unscoped): the scope's own; :data:`NOBODY` when it asks about another user."""
+    if scope is None:
+        return user_id
+    if user_id is not None and user_id != scope:
+        return NOBODY
+    return scope
+
 
 # Chat rows, and the child rows of each chat by chat id and table.
 _Rows = Sequence[Mapping[Any, Any]]
@@ -635,8 +646,8 @@ class ChatRepository:
         Pass the returned ``next_cursor`` as ``cursor`` for the next page.
         """
         require_at_least_one(limit, "limit")
-        user_id = self._scope_user(user_id)
-        if user_id is _NOBODY:
+        user_id = scoped_user(self._user_id, user_id)
+        if user_id is NOBODY:
             return ChatPage(items=[], next_cursor=None)
         query = select(
             chats.c.chat_id,
@@ -701,8 +712,8 @@ class ChatRepository:
                 (:meth:`ChatArchive.set_search_index`).
         """
         require_at_least_one(limit, "limit")
-        user_id = self._scope_user(user_id)
-        if user_id is _NOBODY:
+        user_id = scoped_user(self._user_id, user_id)
+        if user_id is NOBODY:
             return []
         with self._read():
             return search_messages(
@@ -732,8 +743,8 @@ class ChatRepository:
     ) -> list[str]:
         """Chat ids in ascending order, ``limit`` at a time after ``after``."""
         require_at_least_one(limit, "limit")
-        user_id = self._scope_user(user_id)
-        if user_id is _NOBODY:
+        user_id = scoped_user(self._user_id, user_id)
+        if user_id is NOBODY:
             return []
         query = select(chats.c.chat_id).order_by(chats.c.chat_id).limit(limit)
         if user_id is not None:
@@ -822,14 +833,6 @@ class ChatRepository:
             found = self._session.execute(query).first()
         if found is None:
             raise ChatNotFound(chat_id)
-
-    def _scope_user(self, user_id: str | None) -> str | None:
-        """The user a read is about: the scope's (another user's asks find nothing)."""
-        if self._user_id is None:
-            return user_id
-        if user_id is not None and user_id != self._user_id:
-            return _NOBODY
-        return self._user_id
 
     def _visible(self, row: Mapping[Any, Any]) -> bool:
         return self._user_id is None or row["user_id"] == self._user_id

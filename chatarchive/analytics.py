@@ -43,6 +43,7 @@ from sqlalchemy.orm import Session
 from ._archive import ChatArchive
 from ._document import Timestamp
 from ._exceptions import database_errors
+from ._repository import NOBODY, scoped_user
 from ._types import UTCDateTime
 
 __all__ = [
@@ -257,11 +258,10 @@ def _filtered(
     model: str | None,
     workflow_name: str | None,
 ) -> Select[Any]:
-    scope = source._user_id if isinstance(source, ChatArchive) else None
-    if scope is not None:  # a user's archive (for_user) counts only that user's chats
-        if user_id is not None and user_id != scope:
-            return query.where(false())
-        user_id = scope
+    # A user's archive (for_user) counts only that user's chats.
+    user_id = scoped_user(source._user_id if isinstance(source, ChatArchive) else None, user_id)
+    if user_id is NOBODY:
+        return query.where(false())
     if since is not None:
         query = query.where(time >= _timestamp(since))
     if until is not None:
