@@ -8,9 +8,11 @@ ones are kept.
 
 from __future__ import annotations
 
+import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain
 from typing import IO, Any
 
 __all__ = ["Record", "is_message_list", "read_records"]
@@ -49,11 +51,35 @@ def is_message_list(value: object) -> bool:
 def read_records(stream: IO[str], source: str) -> Iterator[Record]:
     """The records in one file (``stream`` opened as text). A byte order mark
     at the start is skipped: Windows tools write one, and JSON's RFC 8259 lets
-    readers ignore it."""
+    readers ignore it.
+
+    JSON Lines are read a line at a time, whatever the file is called (a pipe
+    into standard input included), so memory does not grow with the input;
+    lines end at ``\n`` only, as JSON text may hold U+2028 and other
+    characters that :meth:`str.splitlines` would break lines at. Other text
+    is one JSON document (pretty-printed, say), read whole."""
+    lines = _without_bom(stream)
     if source.lower().endswith(_JSONL_SUFFIXES):
-        yield from _json_lines(_without_bom(stream), source, first_line=1)
+        yield from _json_lines(lines, source, first_line=1)
         return
-    text = stream.read().removeprefix(_BOM)
+    # JSON Lines if the first value fills its line and another line follows.
+    head: list[str] = []
+    for line in lines:
+        head.append(line)
+        if line.strip():
+            break
+    if head and _is_json(head[-1]):
+        for line in lines:
+            head.append(line)
+            if line.strip():
+                yield from _json_lines(chain(head, lines), source, first_line=1)
+                return
+    yield from _document("".join(chain(head, lines)), source)
+
+
+def _document(text: str, source: str) -> Iterator[Record]:
+    """The records of a text that may be one document (or a list of them), or
+    JSON Lines whose first line is broken."""
     start = _skip(text, 0)
     if start == len(text):
         return
@@ -67,17 +93,26 @@ def read_records(stream: IO[str], source: str) -> Iterator[Record]:
             # The first value runs over several lines: one JSON document, broken.
             yield Record(source, exc.lineno, error=f"invalid JSON: {exc.msg} (column {exc.colno})")
             return
-        yield from _json_lines(iter(text.splitlines(keepends=True)), source, first_line=1)
+        yield from _json_lines(io.StringIO(text, newline="\n"), source, first_line=1)
         return
     if _skip(text, end) < len(text):
-        yield from _json_lines(iter(text.splitlines(keepends=True)), source, first_line=1)
+        yield from _json_lines(io.StringIO(text, newline="\n"), source, first_line=1)
     elif isinstance(value, list) and not is_message_list(value):
         yield from _array_items(text, start, source)
     else:
         yield Record(source, _line_of(text, start), value)
 
 
-def _without_bom(lines: IO[str]) -> Iterator[str]:
+def _is_json(line: str) -> bool:
+    try:
+        json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _without_bom(lines: Iterable[str]) -> Iterator[str]:
+    lines = iter(lines)
     first = next(lines, None)
     if first is not None:
         yield first.removeprefix(_BOM)
