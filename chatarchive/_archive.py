@@ -403,6 +403,23 @@ class ChatArchive:
         """Delete every chat of a user; returns how many there were."""
         return self._call(lambda repo: repo.delete_user(user_id))
 
+    def delete_older_than(
+        self, cutoff: datetime, *, user_id: str | None = None, batch_size: int = 500
+    ) -> int:
+        """Delete every chat last updated before ``cutoff`` (``updated_at <
+        cutoff``; a naive datetime is UTC), or only those of ``user_id``: a
+        retention policy. Works through the chats least recently updated first,
+        ``batch_size`` chats per transaction, so a large purge holds its locks
+        briefly; if it is interrupted, the batches done stay deleted and calling
+        it again finishes the job. Returns how many chats were deleted."""
+        require_at_least_one(batch_size, "batch_size")
+        deleted = 0
+        while done := self._call(
+            lambda repo: repo.delete_older_than(cutoff, user_id=user_id, limit=batch_size)
+        ):
+            deleted += done
+        return deleted
+
     def export(self, *, user_id: str | None = None, batch_size: int = 100) -> Iterator[ChatDocument]:
         """Every chat (or every chat of one user) in ``chat_id`` order, read
         ``batch_size`` chats per transaction so no transaction stays open

@@ -139,6 +139,11 @@ class AsyncChatRepository:
     async def delete_user(self, user_id: str) -> int:
         return await self._run(lambda repo: repo.delete_user(user_id))
 
+    async def delete_older_than(
+        self, cutoff: datetime, *, user_id: str | None = None, limit: int | None = None
+    ) -> int:
+        return await self._run(lambda repo: repo.delete_older_than(cutoff, user_id=user_id, limit=limit))
+
     async def list_chats(
         self,
         *,
@@ -426,6 +431,19 @@ class AsyncChatArchive:
 
     async def delete_user(self, user_id: str) -> int:
         return await self._call(lambda repo: repo.delete_user(user_id))
+
+    async def delete_older_than(
+        self, cutoff: datetime, *, user_id: str | None = None, batch_size: int = 500
+    ) -> int:
+        """Delete every chat last updated before ``cutoff``, ``batch_size``
+        chats per transaction (see :meth:`ChatArchive.delete_older_than`)."""
+        require_at_least_one(batch_size, "batch_size")
+        deleted = 0
+        while done := await self._call(
+            lambda repo: repo.delete_older_than(cutoff, user_id=user_id, limit=batch_size)
+        ):
+            deleted += done
+        return deleted
 
     # -- schema ----------------------------------------------------------------
 

@@ -12,7 +12,8 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from importlib import resources
 from itertools import count
 from typing import IO, Any, NoReturn
@@ -27,7 +28,7 @@ from . import formats
 from ._archive import ChatArchive
 from ._document import ChatDocument
 from ._engine import DEFAULT_URL, URL_ENV
-from ._exceptions import ChatArchiveError
+from ._exceptions import ChatArchiveError, require_moment
 from ._ingest import documents_in_flight
 from ._jsonio import Record, read_records
 from ._transcript import literal, printable, render_transcript
@@ -37,6 +38,23 @@ from .formats.finetune import Filters, Selection, select
 __all__ = ["main"]
 
 _moment = click.DateTime(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"])
+_AGE_UNITS = {"h": "hours", "d": "days", "w": "weeks"}
+
+
+def _ago(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
+    """An age back from now, ``90d``, ``12h`` or ``4w``, as the moment that long ago."""
+    if value is None:
+        return None
+    text = value.strip().lower()
+    number, unit = text[:-1], _AGE_UNITS.get(text[-1:])
+    try:
+        if unit is None or not number.isdigit() or int(number) == 0:
+            raise ValueError(value)
+        return datetime.now(UTC) - timedelta(**{unit: int(number)})
+    except (ValueError, OverflowError):
+        raise click.BadParameter(f"{value!r} is not an age such as 90d, 12h or 4w", ctx, param) from None
+
+
 _stdout = Console(highlight=False, soft_wrap=True)
 _stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -356,9 +374,7 @@ def export(
     with _output(output) as stream:
         if fmt == "openai-finetune":
             selection = Selection()
-            filters = Filters(
-                min_score=min_score, model=model, since=_utc(since), exclude_roles=exclude_roles
-            )
+            filters = Filters(min_score=min_score, model=model, since=since, exclude_roles=exclude_roles)
             for line in select(documents, filters, selection):
                 stream.write(json.dumps(line, ensure_ascii=False) + "\n")
             skipped = ", ".join(f"{count} ({reason})" for reason, count in sorted(selection.skipped.items()))
@@ -416,22 +432,47 @@ def show(chat_id: str, as_json: bool) -> None:
 
 @main.command("rm")
 @click.argument("chat_id", required=False)
-@click.option("--user", "user_id", help="Delete every chat of this user.")
+@click.option("--user", "user_id", help="Delete every chat of this user (with --before/--older-than: those).")
+@click.option("--before", type=_moment, help="Delete the chats last updated before this day or time (UTC).")
+@click.option(
+    "--older-than",
+    metavar="AGE",
+    callback=_ago,
+    help="Delete the chats last updated more than AGE ago: 90d, 12h, 4w.",
+)
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-def rm(chat_id: str | None, user_id: str | None, yes: bool) -> None:
-    """Delete a chat (or, with --user, all of a user's chats) with everything in it."""
-    if (chat_id is None) == (user_id is None):
-        raise click.UsageError("give either CHAT_ID or --user")
+def rm(
+    chat_id: str | None,
+    user_id: str | None,
+    before: datetime | None,
+    older_than: datetime | None,
+    yes: bool,
+) -> None:
+    """Delete a chat with everything in it; or, with --user, every chat of a
+    user; or, with --before or --older-than, the chats not updated since
+    then (a retention policy, deleted a few hundred chats per transaction)."""
+    if before is not None and older_than is not None:
+        raise click.UsageError("give --before or --older-than, not both")
+    before = before or older_than
+    if (chat_id is None) == (user_id is None and before is None):
+        raise click.UsageError("give either CHAT_ID, or --user and/or --before/--older-than")
     archive = _state().archive
     if chat_id is not None:
         archive.delete(chat_id)
-        _stderr.print(f"deleted chat {chat_id}", markup=False)
+        _stderr.print(literal(f"deleted chat {chat_id}"))
         return
-    assert user_id is not None
+    whose = "" if user_id is None else f" of user {user_id!r}"
+    if before is not None:
+        cutoff = require_moment(before, "before").astimezone(UTC)
+        whose += f" last updated before {cutoff:%Y-%m-%d %H:%M:%S} UTC"
+        delete = partial(archive.delete_older_than, cutoff, user_id=user_id)
+    else:
+        assert user_id is not None
+        delete = partial(archive.delete_user, user_id)
     if not yes:
-        click.confirm(f"Delete every chat of user {user_id!r}?", abort=True, err=True)
-    count = archive.delete_user(user_id)
-    _stderr.print(f"deleted {count} chat{'s' if count != 1 else ''} of user {user_id}", markup=False)
+        click.confirm(printable(f"Delete every chat{whose}?"), abort=True, err=True)
+    deleted = delete()
+    _stderr.print(literal(f"deleted {deleted} chat{'s' if deleted != 1 else ''}{whose}"))
 
 
 # -- analytics and search ----------------------------------------------------------
@@ -473,8 +514,8 @@ def stats(
     query = getattr(analytics, _STATS[by])
     rows = query(
         _state().archive,
-        since=_utc(since),
-        until=_utc(until),
+        since=since,
+        until=until,
         user_id=user_id,
         model=model,
         workflow=workflow,
@@ -486,12 +527,6 @@ def stats(
         _write_csv(records)
     else:
         _print_stats(by, records)
-
-
-def _utc(moment: datetime | None) -> datetime | None:
-    if moment is not None and moment.tzinfo is None:
-        return moment.replace(tzinfo=UTC)
-    return moment
 
 
 def _write_csv(records: list[dict[str, Any]]) -> None:
@@ -566,9 +601,7 @@ def search(
     as_json: bool,
 ) -> None:
     """Full-text search over message text: words, "phrases", -word, or."""
-    hits = _state().archive.search(
-        query, user_id=user_id, role=role, model=model, since=_utc(since), limit=limit
-    )
+    hits = _state().archive.search(query, user_id=user_id, role=role, model=model, since=since, limit=limit)
     if as_json:
         click.echo(json.dumps([hit.model_dump(mode="json") for hit in hits], indent=2, ensure_ascii=False))
         return

@@ -17,6 +17,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 
 import psycopg
 from sqlalchemy import exc as sa_exc
@@ -29,7 +30,9 @@ __all__ = [
     "InvalidDocument",
     "SchemaNotReady",
     "database_errors",
+    "optional_moment",
     "require_at_least_one",
+    "require_moment",
     "require_user_id",
 ]
 
@@ -73,6 +76,20 @@ def require_at_least_one(value: int, name: str) -> None:
     """Refuse a count argument (``limit``, ``batch_size``, ``writers``) below 1."""
     if value < 1:
         raise InvalidDocument(f"{name} must be at least 1", field=name)
+
+
+def require_moment(value: object, name: str) -> datetime:
+    """A time argument (``since``, ``until``, ``cutoff``) as an aware datetime,
+    a naive one taken as UTC. Anything else (an ISO string, a ``date``) is
+    refused here rather than failing inside the database driver."""
+    if not isinstance(value, datetime):
+        raise InvalidDocument(f"{name} must be a datetime, not {type(value).__name__}", field=name)
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def optional_moment(value: object, name: str) -> datetime | None:
+    """:func:`require_moment`, letting ``None`` (no bound) through."""
+    return None if value is None else require_moment(value, name)
 
 
 def require_user_id(user_id: object) -> str:

@@ -49,7 +49,9 @@ from ._exceptions import (
     ConflictError,
     InvalidDocument,
     database_errors,
+    optional_moment,
     require_at_least_one,
+    require_moment,
     require_user_id,
 )
 from ._ingest import PreparedBatch, prepared_batches, row_writer
@@ -80,6 +82,8 @@ tool_calls = metadata.tables["tool_calls"]
 feedback = metadata.tables["feedback"]
 message_chunks = metadata.tables["message_chunks"]
 
+#: Chats deleted per statement by ``delete_older_than``.
+_DELETE_CHUNK = 500
 # Children first, so that deleting never trips a foreign key.
 _CHILD_TABLES = (feedback, message_chunks, content_parts, tool_calls, messages, chat_tags)
 _DOCUMENT_ORDER = {
@@ -610,6 +614,42 @@ class ChatRepository:
             result = self._execute(delete(chats).where(owned))
         return int(result.rowcount)
 
+    def delete_older_than(
+        self, cutoff: datetime, *, user_id: str | None = None, limit: int | None = None
+    ) -> int:
+        """Delete the chats last updated before ``cutoff`` (``updated_at <
+        cutoff``; a naive datetime is UTC), or only those of ``user_id``, with
+        all their rows; at most ``limit`` of them, least recently updated
+        first. Returns how many were deleted.
+
+        The chats are locked before their rows go, so a chat that a concurrent
+        ``append`` brings past the cutoff is kept whole.
+        """
+        cutoff = require_moment(cutoff, "cutoff")
+        if limit is not None:
+            require_at_least_one(limit, "limit")
+        user_id = scoped_user(self._user_id, user_id)
+        if user_id is NOBODY:
+            return 0
+        old = select(chats.c.chat_id).where(chats.c.updated_at < cutoff)
+        if user_id is not None:
+            old = old.where(chats.c.user_id == user_id)
+        old = old.order_by(chats.c.updated_at, chats.c.chat_id).with_for_update()
+        deleted = 0
+        with self._write():
+            # A chunk at a time, so that neither the ids held here nor the
+            # statements grow with the number of chats.
+            while limit is None or deleted < limit:
+                chunk = _DELETE_CHUNK if limit is None else min(_DELETE_CHUNK, limit - deleted)
+                chat_ids = list(self._session.execute(old.limit(chunk)).scalars())
+                if not chat_ids:
+                    break
+                chosen = chats.c.chat_id.in_(chat_ids)
+                self._delete_children(chosen)
+                self._execute(delete(chats).where(chosen))
+                deleted += len(chat_ids)
+        return deleted
+
     # -- reads -----------------------------------------------------------------
 
     def get(self, chat_id: str) -> ChatDocument:
@@ -646,6 +686,7 @@ class ChatRepository:
         Pass the returned ``next_cursor`` as ``cursor`` for the next page.
         """
         require_at_least_one(limit, "limit")
+        since, until = optional_moment(since, "since"), optional_moment(until, "until")
         user_id = scoped_user(self._user_id, user_id)
         if user_id is NOBODY:
             return ChatPage(items=[], next_cursor=None)
@@ -712,6 +753,7 @@ class ChatRepository:
                 (:meth:`ChatArchive.set_search_index`).
         """
         require_at_least_one(limit, "limit")
+        since = optional_moment(since, "since")
         user_id = scoped_user(self._user_id, user_id)
         if user_id is NOBODY:
             return []

@@ -42,7 +42,7 @@ from sqlalchemy.orm import Session
 
 from ._archive import ChatArchive
 from ._document import Timestamp
-from ._exceptions import database_errors
+from ._exceptions import database_errors, optional_moment
 from ._repository import NOBODY, scoped_user
 from ._types import UTCDateTime
 
@@ -262,6 +262,7 @@ def _filtered(
     user_id = scoped_user(source._user_id if isinstance(source, ChatArchive) else None, user_id)
     if user_id is NOBODY:
         return query.where(false())
+    since, until = optional_moment(since, "since"), optional_moment(until, "until")
     if since is not None:
         query = query.where(time >= _timestamp(since))
     if until is not None:

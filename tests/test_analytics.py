@@ -15,7 +15,14 @@ import pytest
 from sqlalchemy import event, make_url, text
 from sqlalchemy.orm import Session
 
-from chatarchive import AsyncChatArchive, ChatArchive, ChatRepository, SchemaNotReady, analytics
+from chatarchive import (
+    AsyncChatArchive,
+    ChatArchive,
+    ChatRepository,
+    InvalidDocument,
+    SchemaNotReady,
+    analytics,
+)
 from chatarchive._schema import PG_SEARCH_INDEXES
 
 from .analytics_fixture import CHATS
@@ -196,6 +203,12 @@ def test_daily_usage_function(loaded: ChatRepository, session: Session) -> None:
         date(2026, 3, 2),
         date(2026, 3, 3),
     ]
+    naive = stats(session, analytics.daily_usage, user_id="u2", since=datetime(2026, 3, 11))  # UTC
+    assert [(r.day, r.messages) for r in naive] == [(date(2026, 3, 11), 2)]
+    for bad in ("2026-03-11", date(2026, 3, 11)):
+        with pytest.raises(InvalidDocument, match="until must be a datetime") as caught:
+            stats(session, analytics.daily_usage, until=bad)
+        assert caught.value.field == "until"
 
 
 def test_model_and_workflow_usage(loaded: ChatRepository, session: Session) -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import text
+from sqlalchemy import Engine, event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from chatarchive import (
@@ -101,6 +103,41 @@ def test_export_streams_in_batches(
     for in_transaction in (False, True):
         with pytest.raises(InvalidDocument, match="batch_size"):
             runner.run(export_async(in_transaction))
+
+
+@contextmanager
+def counting_commits(engine: Engine) -> Iterator[list[object]]:
+    """The connections that committed on ``engine`` while the block ran."""
+    commits: list[object] = []
+
+    def count(connection: object) -> None:
+        commits.append(connection)
+
+    event.listen(engine, "commit", count)
+    try:
+        yield commits
+    finally:
+        event.remove(engine, "commit", count)
+
+
+def test_a_retention_purge_commits_batch_by_batch(
+    archive: ChatArchive, async_engine: AsyncEngine, runner: asyncio.Runner
+) -> None:
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    old = [chat(f"old{n}", updated_at=t0 + timedelta(minutes=n)) for n in range(5)]
+    archive.save_many([*old, chat("recent")])
+    async_archive = AsyncChatArchive(engine=async_engine)
+    for purge, engine in [
+        (archive.delete_older_than, archive.engine),
+        (lambda *a, **k: runner.run(async_archive.delete_older_than(*a, **k)), async_engine.sync_engine),
+    ]:
+        archive.save_many(old)
+        with counting_commits(engine) as commits:
+            assert purge(t0 + timedelta(days=1), batch_size=2) == 5
+        assert len(commits) == 4  # 2 + 2 + 1, and the one that found none
+        assert [summary.chat_id for summary in archive.list_chats().items] == ["recent"]
+        with pytest.raises(InvalidDocument, match="batch_size"):
+            purge(t0, batch_size=0)
 
 
 def test_database_url(monkeypatch: pytest.MonkeyPatch) -> None:

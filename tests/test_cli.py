@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -174,6 +175,49 @@ def test_rm_user_asks_first(run: Run, tmp_path: Path) -> None:
     assert len(run("export").stdout.splitlines()) == 2
     assert "deleted 2 chats" in run("rm", "--user", "alice", "--yes").stderr
     assert run("export").stdout == ""
+
+
+def test_rm_old_chats_by_date_or_age(run: Run) -> None:
+    run("db", "upgrade")
+    now = datetime.now(UTC)
+    chats = [
+        {**DOC, "chat_id": chat_id, "user_id": user, "updated_at": (now - age).isoformat()}
+        for chat_id, user, age in [
+            ("year-old", "alice", timedelta(days=365)),
+            ("month-old", "alice", timedelta(days=30)),
+            ("bobs-month-old", "bob", timedelta(days=30)),
+            ("fresh", "alice", timedelta(hours=1)),
+        ]
+    ]
+    run("import", "-", stdin=json.dumps(chats))
+
+    def left() -> list[str]:
+        return sorted(json.loads(line)["chat_id"] for line in run("export").stdout.splitlines())
+
+    asked = run("rm", "--before", f"{now - timedelta(days=100):%Y-%m-%d}", stdin="n\n", expect=1)
+    assert "last updated before" in asked.stderr
+    assert len(left()) == 4
+    assert (
+        "deleted 1 chat last updated before"
+        in run("rm", "--before", f"{now - timedelta(days=100):%Y-%m-%d}", "--yes").stderr
+    )
+    assert (
+        "deleted 1 chat of user 'bob' last updated"
+        in run("rm", "--older-than", "4w", "--user", "bob", "--yes").stderr
+    )
+    assert left() == ["fresh", "month-old"]
+    run("rm", "--older-than", "2d", "--yes")
+    assert left() == ["fresh"]
+    for wrong in (
+        ["--older-than", "4"],
+        ["--older-than", "0d"],
+        ["--older-than", "-4d"],
+        ["--older-than", "9999999w"],
+    ):
+        assert "not an age" in run("rm", *wrong, expect=2).stderr
+    assert "not both" in run("rm", "--before", "2026-01-01", "--older-than", "1d", expect=2).stderr
+    run("rm", "fresh", "--older-than", "1d", expect=2)
+    assert left() == ["fresh"]
 
 
 def test_errors_exit_1_and_usage_exits_2(run: Run) -> None:

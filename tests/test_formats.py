@@ -279,6 +279,11 @@ def test_finetune_selection() -> None:
     assert line["tools"] == answered["workflow"]["tools"]
     assert [m["role"] for m in line["messages"]] == ["user", "assistant", "tool", "assistant"]
     assert line["messages"][0] == {"role": "user", "content": "q"}  # only the keys fine-tuning knows
+    # since: a naive datetime is UTC (it was compared with aware ones and raised TypeError); a string is refused.
+    naive = finetune.Filters(since=datetime(2026, 3, 1, 0, 0, 1))
+    assert list(finetune.select(docs[:1], naive, finetune.Selection())) == []
+    with pytest.raises(InvalidDocument, match="since must be a datetime"):
+        finetune.Filters(since="2026-03-01")  # type: ignore[arg-type]
 
 
 COMPLETION = {

@@ -6,7 +6,9 @@ import contextlib
 import json
 import multiprocessing
 import threading
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -260,6 +262,47 @@ def test_reads_do_not_wait_for_an_open_write(own_archive: tuple[ChatArchive, str
         assert len(archive.get("open").messages) == 5
         assert [summary.chat_id for summary in archive.list_chats().items] == ["open"]
     assert len(archive.get("open").messages) == 6
+
+
+def test_a_purge_keeps_whole_a_chat_appended_to_meanwhile(own_archive: tuple[ChatArchive, str]) -> None:
+    archive, _ = own_archive
+    long_ago = datetime(2026, 1, 1, tzinfo=UTC)
+    archive.save_many([tool_chat(f"old{n}", updated_at=long_ago) for n in range(3)])
+    purged: list[int] = []
+    purge = threading.Thread(
+        target=lambda: purged.append(archive.delete_older_than(long_ago + timedelta(days=1), batch_size=1))
+    )
+    with archive.transaction() as repository:
+        # Brings old1 past the cutoff, once committed; meanwhile the purge reaches old1 and waits.
+        repository.append("old1", [{"role": "user", "content": "still talking"}])
+        purge.start()
+        _wait_for_a_lock_wait(archive)
+    purge.join(60)
+    assert purged == [2]
+    assert [message.content for message in archive.get("old1").messages][-2:] == [
+        "It is 42.",
+        "still talking",
+    ]
+
+
+def _wait_for_a_lock_wait(archive: ChatArchive) -> None:
+    """Until another session of the archive's PostgreSQL database waits for a
+    row lock (on SQLite, whose writers queue for the one write lock, a moment)."""
+    if archive.engine.dialect.name != "postgresql":
+        time.sleep(0.5)
+        return
+    with archive.engine.connect() as connection:
+        for _ in range(600):
+            waiting = connection.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
+            if waiting:
+                return
+            time.sleep(0.05)
+    raise AssertionError("the purge never waited for the appending transaction")
 
 
 # -- faults --------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -380,7 +381,55 @@ def test_delete_and_delete_user_remove_every_row(repo: ChatRepository, session: 
     assert set(counts(session).values()) == {0}
 
 
+def test_delete_older_than_deletes_by_last_update(
+    repo: ChatRepository, session: Session, make_repo: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("chatarchive._repository._DELETE_CHUNK", 2)  # several chunks
+    ages = {"a0": 0, "a1": 10, "a2": 20, "a3": 30, "a4": 40, "b0": 5, "new": 120}
+    for chat_id, minutes in ages.items():
+        user = "bob" if chat_id.startswith("b") else "alice"
+        repo.save(
+            tool_chat(
+                chat_id, user_id=user, feedback=[{"score": 1}], updated_at=T0 + timedelta(minutes=minutes)
+            )
+        )
+    cutoff = T0 + timedelta(minutes=60)
+    assert repo.delete_older_than(cutoff, limit=1) == 1  # the least recently updated first
+    assert make_repo(user_id="alice").delete_older_than(cutoff, user_id="bob") == 0  # not alice's to see
+    assert make_repo(user_id="bob").delete_older_than(cutoff) == 1  # only bob's own
+    assert repo.delete_older_than(T0 + timedelta(minutes=40)) == 3  # exclusive: a4 stays
+    assert repo.delete_older_than(cutoff.replace(tzinfo=None)) == 1  # naive is UTC
+    assert [chat.chat_id for chat in repo.list_chats().items] == ["new"]
+    assert (counts(session)["messages"], counts(session)["feedback"]) == (5, 1)
+    for bad in ["2026-01-01", None, T0.date()]:
+        with pytest.raises(InvalidDocument, match="cutoff must be a datetime") as caught:
+            repo.delete_older_than(bad)  # type: ignore[arg-type]
+        assert caught.value.field == "cutoff"
+    with pytest.raises(InvalidDocument, match="limit"):
+        repo.delete_older_than(cutoff, limit=0)
+    assert repo.delete_older_than(T0 + timedelta(days=1)) == 1
+    assert set(counts(session).values()) == {0}
+
+
 # -- reads -----------------------------------------------------------------------
+
+
+def test_time_arguments_must_be_datetimes(repo: ChatRepository) -> None:
+    repo.save(tool_chat("c", updated_at=T0))
+    assert [c.chat_id for c in repo.list_chats(since=T0.replace(tzinfo=None)).items] == ["c"]  # naive: UTC
+    assert repo.list_chats(until=T0.replace(tzinfo=None)).items == []
+    calls: dict[str, Callable[[Any], object]] = {
+        "since": lambda bad: repo.list_chats(since=bad),
+        "until": lambda bad: repo.list_chats(until=bad),
+        "search since": lambda bad: repo.search("hi", since=bad),
+    }
+    for name, call in calls.items():
+        for bad in ("2026-01-01", T0.date(), 1767225600):
+            # It reached the driver and came back as a DatabaseError about 'tzinfo'.
+            field = name.split()[-1]
+            with pytest.raises(InvalidDocument, match=f"{field} must be a datetime") as caught:
+                call(bad)
+            assert caught.value.field == field
 
 
 def test_list_chats_pages_newest_first(repo: ChatRepository) -> None:

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from chatarchive._document import ChatDocument
+from chatarchive._exceptions import optional_moment
 
 __all__ = ["Filters", "Selection", "from_document", "select", "unanswered_tool_calls"]
 
@@ -58,6 +59,9 @@ class Filters:
     model: str | None = None
     since: datetime | None = None
     exclude_roles: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "since", optional_moment(self.since, "since"))
 
 
 @dataclass
