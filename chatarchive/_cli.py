@@ -1,7 +1,7 @@
 """The ``chatarchive`` command: parses arguments and calls :class:`ChatArchive`.
 
 Exit codes: 0 success, 1 a user-facing error (one line on stderr, no
-traceback), 2 a usage error.
+traceback), 2 a usage error, 130 an import stopped by Ctrl-C.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ from .formats.finetune import Filters, Selection, select
 __all__ = ["main"]
 
 _moment = click.DateTime(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"])
+#: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.
+_INTERRUPTED = 130
 _AGE_UNITS = {"h": "hours", "d": "days", "w": "weeks"}
 
 
@@ -284,16 +286,26 @@ def import_(
                 del in_flight[next(iter(in_flight))]
             yield document
 
-    with _progress() as advance:
-        if strict:
-            with archive.transaction() as repository:
-                imported = repository.save_many(
-                    documents(advance), batch_size=batch_size, bulk=bulk, on_error=on_error
+    try:
+        with _progress() as advance:
+            if strict:
+                with archive.transaction() as repository:
+                    imported = repository.save_many(
+                        documents(advance), batch_size=batch_size, bulk=bulk, on_error=on_error
+                    )
+            else:
+                imported = archive.save_many(
+                    documents(advance), batch_size=batch_size, bulk=bulk, on_error=on_error, writers=writers
                 )
+    except KeyboardInterrupt:
+        if strict or bulk:
+            _stderr.print("interrupted: nothing imported (one transaction, rolled back)")
         else:
-            imported = archive.save_many(
-                documents(advance), batch_size=batch_size, bulk=bulk, on_error=on_error, writers=writers
+            _stderr.print(
+                "interrupted: the batches written until then are kept; importing the same input again "
+                "replaces them and imports the rest"
             )
+        sys.exit(_INTERRUPTED)
     summary = f"imported {imported} chat{'s' if imported != 1 else ''}"
     _stderr.print(summary + (f", {failed} failed" if failed else ""))
     if failed:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Callable
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -418,6 +422,61 @@ def test_import_with_writers_traces_a_refused_chat_to_its_line(
     assert "imported 29 chats, 1 failed" in result.stderr
     assert len(run("export").stdout.splitlines()) == 29
     assert "not with --strict" in run("import", "--writers", "2", "--strict", path, expect=2).stderr
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["batches", "strict"])
+def test_an_interrupted_import_says_what_it_kept(run: Run, empty_database: URL, strict: bool) -> None:
+    run("db", "upgrade")
+    engine = create_engine(empty_database)
+
+    def started() -> bool:
+        if strict and engine.dialect.name == "sqlite":  # its one transaction holds the write lock
+            with closing(sqlite3.connect(str(empty_database.database), timeout=0)) as connection:
+                try:
+                    connection.execute("BEGIN IMMEDIATE")
+                except sqlite3.OperationalError:
+                    return True
+                return False
+        with engine.connect() as connection:
+            if strict:  # its one transaction has written the first batch and waits for more input
+                query = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'"
+            else:
+                query = "SELECT count(*) FROM chats"
+            return bool(connection.exec_driver_sql(query).scalar_one())
+
+    url = empty_database.render_as_string(hide_password=False)
+    command = [
+        CHATARCHIVE,
+        "--db",
+        url,
+        "import",
+        "--batch-size",
+        "2",
+        "-",
+        *(["--strict"] if strict else []),
+    ]
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as importing:
+        assert importing.stdin is not None
+        importing.stdin.write("".join(json.dumps({**DOC, "chat_id": f"c{n}"}) + "\n" for n in range(3)))
+        importing.stdin.flush()  # and the pipe stays open, as a long input's would
+        for _ in range(600):
+            if started() or importing.poll() is not None:
+                break
+            time.sleep(0.05)
+        importing.send_signal(signal.SIGINT)
+        importing.stdin.close()  # the input reader ends at the end of its input
+        assert importing.stderr is not None
+        stderr = importing.stderr.read()
+        importing.wait(60)
+    engine.dispose()
+    assert importing.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    if strict:
+        assert "interrupted: nothing imported" in stderr
+        assert run("export").stdout == ""
+    else:
+        assert "interrupted: the batches written until then are kept" in stderr
+        assert [json.loads(line)["chat_id"] for line in run("export").stdout.splitlines()] == ["c0", "c1"]
 
 
 def test_db_rls_switches_row_level_security(run: Run, dialect: str) -> None:
