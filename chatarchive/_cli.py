@@ -408,12 +408,46 @@ def _output(path: str | None) -> Iterator[IO[str]]:
 # -- looking around --------------------------------------------------------------
 
 
+def _before_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``--before D`` and ``--older-than AGE``: read them with :func:`_before`."""
+    command = click.option(
+        "--older-than",
+        metavar="AGE",
+        callback=_ago,
+        help="Chats last updated more than AGE ago: 90d, 12h, 4w.",
+    )(command)
+    return click.option(
+        "--before", type=_moment, help="Chats last updated before this day or time (UTC if no offset)."
+    )(command)
+
+
+def _before(before: datetime | None, older_than: datetime | None) -> datetime | None:
+    if before is not None and older_than is not None:
+        raise click.UsageError("give --before or --older-than, not both")
+    return before or older_than
+
+
 @main.command("ls")
 @click.option("--user", "user_id", help="Only this user's chats.")
+@click.option("--model", help="Only chats with this chosen model.")
+@click.option("--tag", help="Only chats with this tag.")
+@click.option("--since", type=_moment, help="Chats last updated from this day or time on (UTC if no offset).")
+@_before_options
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1), help="How many chats.")
-def ls(user_id: str | None, limit: int) -> None:
-    """List chats, most recently updated first."""
-    page = _state().archive.list_chats(user_id=user_id, limit=limit)
+def ls(
+    user_id: str | None,
+    model: str | None,
+    tag: str | None,
+    since: datetime | None,
+    before: datetime | None,
+    older_than: datetime | None,
+    limit: int,
+) -> None:
+    """List chats, most recently updated first (--before or --older-than
+    shows what 'rm' with the same option would delete)."""
+    page = _state().archive.list_chats(
+        user_id=user_id, model=model, tag=tag, since=since, until=_before(before, older_than), limit=limit
+    )
     table = _table("chat_id", "user", "title", "model", "messages", "updated (UTC)")
     for chat in page.items:
         _add_row(
@@ -445,13 +479,7 @@ def show(chat_id: str, as_json: bool) -> None:
 @main.command("rm")
 @click.argument("chat_id", required=False)
 @click.option("--user", "user_id", help="Delete every chat of this user (with --before/--older-than: those).")
-@click.option("--before", type=_moment, help="Delete the chats last updated before this day or time (UTC).")
-@click.option(
-    "--older-than",
-    metavar="AGE",
-    callback=_ago,
-    help="Delete the chats last updated more than AGE ago: 90d, 12h, 4w.",
-)
+@_before_options
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def rm(
     chat_id: str | None,
@@ -463,9 +491,7 @@ def rm(
     """Delete a chat with everything in it; or, with --user, every chat of a
     user; or, with --before or --older-than, the chats not updated since
     then (a retention policy, deleted a few hundred chats per transaction)."""
-    if before is not None and older_than is not None:
-        raise click.UsageError("give --before or --older-than, not both")
-    before = before or older_than
+    before = _before(before, older_than)
     if (chat_id is None) == (user_id is None and before is None):
         raise click.UsageError("give either CHAT_ID, or --user and/or --before/--older-than")
     archive = _state().archive

@@ -193,11 +193,24 @@ def test_rm_old_chats_by_date_or_age(run: Run) -> None:
             ("fresh", "alice", timedelta(hours=1)),
         ]
     ]
+    chats[0] |= {"model": "m-old", "tags": ["archived"]}
     run("import", "-", stdin=json.dumps(chats))
 
     def left() -> list[str]:
         return sorted(json.loads(line)["chat_id"] for line in run("export").stdout.splitlines())
 
+    def listed(*options: str) -> list[str]:
+        table = run("ls", *options).stdout
+        names = [str(chat["chat_id"]) for chat in chats]
+        return [name for name in names if f" {name} " in table]
+
+    # ls takes the same options, to see first what rm would delete.
+    assert listed("--older-than", "4w") == ["year-old", "month-old", "bobs-month-old"]
+    assert listed("--older-than", "4w", "--since", f"{now - timedelta(days=60):%Y-%m-%d}") == [
+        "month-old",
+        "bobs-month-old",
+    ]
+    assert listed("--model", "m-old") == listed("--tag", "archived") == ["year-old"]
     asked = run("rm", "--before", f"{now - timedelta(days=100):%Y-%m-%d}", stdin="n\n", expect=1)
     assert "last updated before" in asked.stderr
     assert len(left()) == 4
@@ -220,6 +233,7 @@ def test_rm_old_chats_by_date_or_age(run: Run) -> None:
     ):
         assert "not an age" in run("rm", *wrong, expect=2).stderr
     assert "not both" in run("rm", "--before", "2026-01-01", "--older-than", "1d", expect=2).stderr
+    assert "not both" in run("ls", "--before", "2026-01-01", "--older-than", "1d", expect=2).stderr
     run("rm", "fresh", "--older-than", "1d", expect=2)
     assert left() == ["fresh"]
 
