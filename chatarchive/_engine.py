@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -122,6 +123,7 @@ def _add_statement_timeout(url: URL, seconds: float | None, options: dict[str, A
 
 
 def _set_up(engine: Engine, url: URL, options: dict[str, Any]) -> None:
+    _new_pool_after_fork(engine)
     if url.get_backend_name() == "postgresql":
         _require_utf8(engine)
         _iso_dates(engine)
@@ -129,6 +131,23 @@ def _set_up(engine: Engine, url: URL, options: dict[str, Any]) -> None:
             _ping_idle_connections(engine)
     if url.get_backend_name() == "sqlite":
         _set_up_sqlite(engine, in_memory=url.database in (None, "", ":memory:"))
+
+
+def _new_pool_after_fork(engine: Engine) -> None:
+    """Give a process forked from this one (``gunicorn --preload``, a
+    ``multiprocessing`` or Celery worker) an empty pool of its own: two
+    processes on one pooled connection corrupt each other's results ("server
+    sent data without prior row description", or another query's rows). The
+    parent's connections are left to the parent (psycopg closes a connection
+    only in the process that opened it)."""
+    reference = weakref.ref(engine)
+
+    def in_the_child() -> None:
+        forked = reference()
+        if forked is not None:
+            forked.dispose(close=False)
+
+    os.register_at_fork(after_in_child=in_the_child)
 
 
 def _require_utf8(engine: Engine) -> None:

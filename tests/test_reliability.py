@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import multiprocessing
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -303,6 +305,43 @@ def _wait_for_a_lock_wait(archive: ChatArchive) -> None:
                 return
             time.sleep(0.05)
     raise AssertionError("the purge never waited for the appending transaction")
+
+
+def test_processes_forked_from_a_used_archive_get_their_own_connections(
+    own_archive: tuple[ChatArchive, str],
+) -> None:
+    # As gunicorn --preload and multiprocessing's fork do: the pool holds a
+    # connection when the processes fork, and each child goes on reading.
+    archive, _ = own_archive
+    archive.save(tool_chat("shared"))
+    expected = archive.get("shared")
+    children = []
+    for _ in range(3):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports by its exit status
+            status = 1
+            try:
+                for _ in range(50):
+                    assert archive.get("shared") == expected
+                status = 0
+            finally:
+                os._exit(status)
+        children.append(pid)
+    outcomes: dict[int, int | str] = {}
+    deadline = time.monotonic() + 60  # on one shared connection they could wait for each other forever
+    while len(outcomes) < len(children) and time.monotonic() < deadline:
+        for pid in children:
+            done, status = (0, 0) if pid in outcomes else os.waitpid(pid, os.WNOHANG)
+            if done:
+                outcomes[pid] = os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    for pid in children:
+        if pid not in outcomes:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            outcomes[pid] = "hung"
+    assert [outcomes[pid] for pid in children] == [0, 0, 0]
+    assert archive.get("shared") == expected  # and the parent's pooled connection still works
 
 
 # -- faults --------------------------------------------------------------------------------
