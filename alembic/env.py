@@ -11,7 +11,7 @@ import logging.config
 from typing import Any
 
 from alembic.autogenerate.api import AutogenContext
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 
 from alembic import context
 from chatarchive._engine import create_engine, database_url
@@ -72,6 +72,11 @@ def run_migrations(connection: Connection) -> None:
             include_object=_include_object,
         )
         with context.begin_transaction():
+            if connection.dialect.name == "postgresql":
+                # Several processes may migrate at once (replicas that each run
+                # 'db upgrade' as they start): one at a time, and the others then
+                # find the work done. SQLite's write lock does the same there.
+                connection.execute(text("SELECT pg_advisory_xact_lock(hashtext('chatarchive migrations'))"))
             context.run_migrations()
     finally:
         if sqlite:

@@ -107,6 +107,28 @@ def _env_with_url(url: URL) -> dict[str, str]:
     return {**os.environ, "CHATARCHIVE_DATABASE_URL": url.render_as_string(hide_password=False)}
 
 
+def test_processes_that_upgrade_at_once_take_turns(empty_database: URL) -> None:
+    # Replicas of an application that each run 'db upgrade' as they start. On
+    # PostgreSQL all but one failed with a duplicate key in pg_type.
+    chatarchive = Path(sys.executable).with_name("chatarchive")
+    upgrading = [
+        subprocess.Popen(
+            [str(chatarchive), "db", "upgrade"],
+            env=_env_with_url(empty_database),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    errors = [process.communicate(timeout=300)[1] for process in upgrading]
+    assert [process.returncode for process in upgrading] == [0] * 4, errors
+    engine = create_engine(empty_database)
+    try:
+        assert check(engine) == []
+    finally:
+        engine.dispose()
+
+
 def test_alembic_runs_from_the_checkout(empty_database: URL) -> None:
     alembic = Path(sys.executable).with_name("alembic")
     result = subprocess.run(
