@@ -133,21 +133,27 @@ def _set_up(engine: Engine, url: URL, options: dict[str, Any]) -> None:
         _set_up_sqlite(engine, in_memory=url.database in (None, "", ":memory:"))
 
 
+#: Engines made here and still in use: a forked process gives each a new pool.
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _new_pools_in_the_child() -> None:
+    for engine in list(_ENGINES):
+        engine.dispose(close=False)
+
+
+os.register_at_fork(after_in_child=_new_pools_in_the_child)
+
+
 def _new_pool_after_fork(engine: Engine) -> None:
     """Give a process forked from this one (``gunicorn --preload``, a
     ``multiprocessing`` or Celery worker) an empty pool of its own: two
     processes on one pooled connection corrupt each other's results ("server
     sent data without prior row description", or another query's rows). The
     parent's connections are left to the parent (psycopg closes a connection
-    only in the process that opened it)."""
-    reference = weakref.ref(engine)
-
-    def in_the_child() -> None:
-        forked = reference()
-        if forked is not None:
-            forked.dispose(close=False)
-
-    os.register_at_fork(after_in_child=in_the_child)
+    only in the process that opened it). One hook serves every engine, held
+    weakly, so that engines made and dropped again and again cost nothing."""
+    _ENGINES.add(engine)
 
 
 def _require_utf8(engine: Engine) -> None:
