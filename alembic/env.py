@@ -24,7 +24,11 @@ if config.config_file_name is not None and config.attributes.get("configure_logg
 
 
 def _url() -> str:
-    url = context.get_x_argument(as_dictionary=True).get("url") or config.get_main_option("sqlalchemy.url")
+    url = (
+        config.attributes.get("url")  # chatarchive's own offline rendering ('db upgrade --sql')
+        or context.get_x_argument(as_dictionary=True).get("url")
+        or config.get_main_option("sqlalchemy.url")
+    )
     return database_url(url).render_as_string(hide_password=False)
 
 

@@ -130,20 +130,42 @@ def db() -> None:
     """Create and migrate the archive's tables."""
 
 
+_SQL_ONLY = click.option(
+    "--sql",
+    is_flag=True,
+    help="Print the SQL it would run, from the database's current revision, without running it "
+    "(for review, or to run with psql or sqlite3).",
+)
+
+
+def _print_migration(archive: ChatArchive, revision: str, *, up: bool) -> None:
+    from ._migrations import render  # Alembic loads only for the db commands
+
+    render(archive.engine, revision, up=up, output=sys.stdout)
+
+
 @db.command("upgrade")
 @click.argument("revision", default="head")
-def db_upgrade(revision: str) -> None:
+@_SQL_ONLY
+def db_upgrade(revision: str, sql: bool) -> None:
     """Migrate the database up to REVISION (default: the newest)."""
     archive = _state().archive
+    if sql:
+        _print_migration(archive, revision, up=True)
+        return
     archive.upgrade(revision)
     _stderr.print(f"database at revision {archive.current_revision()}")
 
 
 @db.command("downgrade")
 @click.argument("revision")
-def db_downgrade(revision: str) -> None:
+@_SQL_ONLY
+def db_downgrade(revision: str, sql: bool) -> None:
     """Migrate the database down to REVISION ('base' drops every table)."""
     archive = _state().archive
+    if sql:
+        _print_migration(archive, revision, up=False)
+        return
     archive.downgrade(revision)
     _stderr.print(f"database at revision {archive.current_revision() or 'base'}")
 

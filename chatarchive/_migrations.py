@@ -6,7 +6,10 @@ carries the same files as ``chatarchive/_alembic/`` (see pyproject.toml).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
@@ -28,6 +31,7 @@ __all__ = [
     "head_revision",
     "migrate",
     "problems_of",
+    "render",
     "revision_of",
     "script_location",
     "upgrade",
@@ -52,12 +56,34 @@ def migrate(connection: Connection, revision: str, *, up: bool) -> None:
     """Run the migrations on ``connection`` (not in a transaction yet) to ``revision``."""
     config = alembic_config()
     config.attributes["connection"] = connection
-    try:
+    with _revision_errors(config):
         if up:
             command.upgrade(config, revision)
         else:
             command.downgrade(config, revision)
-    except CommandError as exc:  # an unknown revision, or one on the wrong side
+
+
+def render(engine: Engine, revision: str, *, up: bool, output: TextIO) -> None:
+    """Write to ``output`` the SQL that migrating the database from its current
+    revision to ``revision`` would run, without running it (Alembic's offline
+    mode), for review or to be run by hand."""
+    start = current_revision(engine) or "base"
+    config = alembic_config()
+    config.attributes["url"] = engine.url
+    config.output_buffer = output
+    with _revision_errors(config):
+        if up:
+            command.upgrade(config, f"{start}:{revision}", sql=True)
+        else:
+            command.downgrade(config, f"{start}:{revision}", sql=True)
+
+
+@contextmanager
+def _revision_errors(config: Config) -> Iterator[None]:
+    """An unknown revision, or one on the wrong side, is bad input."""
+    try:
+        yield
+    except CommandError as exc:
         known = [script.revision for script in ScriptDirectory.from_config(config).walk_revisions()]
         raise InvalidDocument(
             f"{exc} (revisions: {', '.join(reversed(known))}, head, base)", field="revision"

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import zipfile
+from contextlib import closing
 from pathlib import Path
 
+import psycopg
 import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy import URL, inspect
@@ -15,6 +18,8 @@ from sqlalchemy import URL, inspect
 from chatarchive import ChatArchive, InvalidDocument, SchemaNotReady, create_engine
 from chatarchive._migrations import alembic_config, check, current_revision, downgrade, upgrade
 from chatarchive._schema import SCHEMA_REVISION, SEARCH_OBJECTS, VERSION_TABLE, metadata
+
+from .conftest import _libpq
 
 ROOT = Path(__file__).resolve().parent.parent
 VIEWS = {"message_texts", "tool_call_results", "chat_stats", "daily_usage", "feedback_summary"}
@@ -124,6 +129,42 @@ def test_processes_that_upgrade_at_once_take_turns(empty_database: URL) -> None:
     assert [process.returncode for process in upgrading] == [0] * 4, errors
     engine = create_engine(empty_database)
     try:
+        assert check(engine) == []
+    finally:
+        engine.dispose()
+
+
+def test_sql_printed_for_review_migrates_as_the_command_would(empty_database: URL) -> None:
+    # A DBA reviews what 'db upgrade' would run, then runs it by hand.
+    chatarchive = str(Path(sys.executable).with_name("chatarchive"))
+    url = empty_database.render_as_string(hide_password=False)
+    engine = create_engine(empty_database)
+
+    def printed(*command: str) -> str:
+        done = subprocess.run([chatarchive, "--db", url, "db", *command], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def run_by_hand(script: str) -> None:
+        if engine.dialect.name == "sqlite":
+            with closing(sqlite3.connect(str(empty_database.database))) as connection:
+                connection.executescript(script)
+        else:
+            with psycopg.connect(_libpq(empty_database), autocommit=True) as connection:
+                connection.execute(script.encode())
+
+    try:
+        upgrade(engine, "0004")
+        script = printed("upgrade", "--sql")
+        assert "Running upgrade 0004 -> 0005" in script
+        assert "0003" not in script  # from where the database is
+        assert current_revision(engine) == "0004"  # nothing run
+        run_by_hand(script)
+        assert current_revision(engine) == SCHEMA_REVISION
+        assert check(engine) == []
+        run_by_hand(printed("downgrade", "0004", "--sql"))
+        assert current_revision(engine) == "0004"
+        upgrade(engine)  # what the script left is what 0004 is
         assert check(engine) == []
     finally:
         engine.dispose()

@@ -42,23 +42,22 @@ def upgrade() -> None:
     for table in CHILD_TABLES:
         rule = _child_rule(table)
         op.execute(f"CREATE POLICY {POLICY} ON {table} USING {rule} WITH CHECK {rule}")
-    if _invoker_views_supported():
-        # Views then read the tables with the rights (and the policies) of whoever queries them.
-        for view in VIEWS:
-            op.execute(f"ALTER VIEW {view} SET (security_invoker = true)")
+    # Views then read the tables with the rights (and the policies) of whoever queries them.
+    op.execute(on_invoker_servers([f"ALTER VIEW {view} SET (security_invoker = true)" for view in VIEWS]))
 
 
-def _invoker_views_supported() -> bool:
-    version = op.get_bind().exec_driver_sql("SHOW server_version_num").scalar()
-    return int(version or 0) >= 150000
+def on_invoker_servers(statements: list[str]) -> str:
+    """``statements`` run only by a server that has security_invoker views
+    (PostgreSQL 15 and later), decided by the server itself so that the SQL
+    rendered offline (``alembic upgrade --sql``) is right for any version."""
+    body = " ".join(f"{statement};" for statement in statements)
+    return f"DO $$ BEGIN IF current_setting('server_version_num')::int >= 150000 THEN {body} END IF; END $$"
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    if _invoker_views_supported():
-        for view in VIEWS:
-            op.execute(f"ALTER VIEW {view} RESET (security_invoker)")
+    op.execute(on_invoker_servers([f"ALTER VIEW {view} RESET (security_invoker)" for view in VIEWS]))
     for table in ("chats", *CHILD_TABLES):
         op.execute(f"ALTER TABLE {table} NO FORCE ROW LEVEL SECURITY")
         op.execute(f"ALTER TABLE {table} DISABLE ROW LEVEL SECURITY")

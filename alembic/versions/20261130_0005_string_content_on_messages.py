@@ -127,12 +127,15 @@ def _replace_views(dialect: str, *, new: bool) -> None:
     if dialect != "postgresql":
         return
     base = _revision_0002()
-    invoker = int(op.get_bind().exec_driver_sql("SHOW server_version_num").scalar() or 0) >= 150000
     for name in CHANGED_VIEWS:
         for column, comment in base.VIEWS[name][1].items():
             op.execute(f"COMMENT ON COLUMN {name}.{column} IS {base._quote(comment)}")
-        if invoker:  # as revision 0003 made them
-            op.execute(f"ALTER VIEW {name} SET (security_invoker = true)")
+    # As revision 0003 made them (PostgreSQL 15 and later; the server decides,
+    # so SQL rendered offline fits any).
+    invoker = " ".join(f"ALTER VIEW {name} SET (security_invoker = true);" for name in CHANGED_VIEWS)
+    op.execute(
+        f"DO $$ BEGIN IF current_setting('server_version_num')::int >= 150000 THEN {invoker} END IF; END $$"
+    )
 
 
 def upgrade() -> None:

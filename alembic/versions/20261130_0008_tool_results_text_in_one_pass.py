@@ -66,9 +66,12 @@ def _replace(*, new: bool) -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
     op.execute(f"CREATE OR REPLACE VIEW tool_call_results AS {_tool_call_results(new=new)}")
-    # CREATE OR REPLACE VIEW resets the view's options: put back revision 0003's.
-    if int(op.get_bind().exec_driver_sql("SHOW server_version_num").scalar() or 0) >= 150000:
-        op.execute("ALTER VIEW tool_call_results SET (security_invoker = true)")
+    # CREATE OR REPLACE VIEW resets the view's options: put back revision 0003's
+    # (PostgreSQL 15 and later; the server decides, so SQL rendered offline fits any).
+    op.execute(
+        "DO $$ BEGIN IF current_setting('server_version_num')::int >= 150000 THEN "
+        "ALTER VIEW tool_call_results SET (security_invoker = true); END IF; END $$"
+    )
 
 
 def upgrade() -> None:
