@@ -420,15 +420,31 @@ class ChatArchive:
             deleted += done
         return deleted
 
-    def export(self, *, user_id: str | None = None, batch_size: int = 100) -> Iterator[ChatDocument]:
-        """Every chat (or every chat of one user) in ``chat_id`` order, read
+    def export(
+        self,
+        *,
+        user_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        batch_size: int = 100,
+    ) -> Iterator[ChatDocument]:
+        """Every chat (or every chat of one user, or those last updated from
+        ``since`` on and before ``until``) in ``chat_id`` order, read
         ``batch_size`` chats per transaction so no transaction stays open
-        between batches."""
+        between batches. ``until=cutoff`` exports what
+        :meth:`delete_older_than` would delete."""
         require_at_least_one(batch_size, "batch_size")
         after: str | None = None
         while True:
             chat_ids = self._read(
-                partial(ChatRepository.chat_ids, user_id=user_id, after=after, limit=batch_size)
+                partial(
+                    ChatRepository.chat_ids,
+                    user_id=user_id,
+                    since=since,
+                    until=until,
+                    after=after,
+                    limit=batch_size,
+                )
             )
             if not chat_ids:
                 return

@@ -176,16 +176,31 @@ class AsyncChatRepository:
         )
 
     async def chat_ids(
-        self, *, user_id: str | None = None, after: str | None = None, limit: int = 100
+        self,
+        *,
+        user_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after: str | None = None,
+        limit: int = 100,
     ) -> list[str]:
-        return await self._run(lambda repo: repo.chat_ids(user_id=user_id, after=after, limit=limit))
+        return await self._run(
+            lambda repo: repo.chat_ids(user_id=user_id, since=since, until=until, after=after, limit=limit)
+        )
 
     async def export(
-        self, *, user_id: str | None = None, batch_size: int = 100
+        self,
+        *,
+        user_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        batch_size: int = 100,
     ) -> AsyncIterator[ChatDocument]:
         require_at_least_one(batch_size, "batch_size")
         after: str | None = None
-        while batch := await self.chat_ids(user_id=user_id, after=after, limit=batch_size):
+        while batch := await self.chat_ids(
+            user_id=user_id, since=since, until=until, after=after, limit=batch_size
+        ):
             for document in await self.get_many(batch):
                 yield document
             after = batch[-1]
@@ -497,13 +512,25 @@ class AsyncChatArchive:
                 return result
 
     async def export(
-        self, *, user_id: str | None = None, batch_size: int = 100
+        self,
+        *,
+        user_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        batch_size: int = 100,
     ) -> AsyncIterator[ChatDocument]:
-        """Every chat in ``chat_id`` order, a batch per transaction."""
+        """Every chat (see :meth:`ChatArchive.export`) in ``chat_id`` order, a batch per transaction."""
         require_at_least_one(batch_size, "batch_size")
         after: str | None = None
         while batch := await self._read(
-            partial(ChatRepository.chat_ids, user_id=user_id, after=after, limit=batch_size)
+            partial(
+                ChatRepository.chat_ids,
+                user_id=user_id,
+                since=since,
+                until=until,
+                after=after,
+                limit=batch_size,
+            )
         ):
             for document in await self._read(partial(ChatRepository.get_many, chat_ids=batch)):
                 yield document

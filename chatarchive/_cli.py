@@ -57,6 +57,25 @@ def _ago(ctx: click.Context, param: click.Parameter, value: str | None) -> datet
         raise click.BadParameter(f"{value!r} is not an age such as 90d, 12h or 4w", ctx, param) from None
 
 
+def _before_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``--before D`` and ``--older-than AGE``: read them with :func:`_before`."""
+    command = click.option(
+        "--older-than",
+        metavar="AGE",
+        callback=_ago,
+        help="Chats last updated more than AGE ago: 90d, 12h, 4w.",
+    )(command)
+    return click.option(
+        "--before", type=_moment, help="Chats last updated before this day or time (UTC if no offset)."
+    )(command)
+
+
+def _before(before: datetime | None, older_than: datetime | None) -> datetime | None:
+    if before is not None and older_than is not None:
+        raise click.UsageError("give --before or --older-than, not both")
+    return before or older_than
+
+
 _stdout = Console(highlight=False, soft_wrap=True)
 _stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -390,6 +409,7 @@ def _progress() -> Iterator[Callable[[], None]]:
 @click.option(
     "--exclude-role", "exclude_roles", multiple=True, help="openai-finetune: leave out messages of this role."
 )
+@_before_options
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, writable=True), help="File to write (default: stdout)."
 )
@@ -400,11 +420,14 @@ def export(
     model: str | None,
     since: datetime | None,
     exclude_roles: tuple[str, ...],
+    before: datetime | None,
+    older_than: datetime | None,
     output: str | None,
 ) -> None:
-    """Write chats as JSON Lines, one chat per line, streamed."""
+    """Write chats as JSON Lines, one chat per line, streamed (--before or
+    --older-than: what 'rm' with the same option would delete)."""
     archive = _state().archive
-    documents = archive.export(user_id=user_id)
+    documents = archive.export(user_id=user_id, until=_before(before, older_than))
     with _output(output) as stream:
         if fmt == "openai-finetune":
             selection = Selection()
@@ -428,25 +451,6 @@ def _output(path: str | None) -> Iterator[IO[str]]:
 
 
 # -- looking around --------------------------------------------------------------
-
-
-def _before_options(command: Callable[..., None]) -> Callable[..., None]:
-    """``--before D`` and ``--older-than AGE``: read them with :func:`_before`."""
-    command = click.option(
-        "--older-than",
-        metavar="AGE",
-        callback=_ago,
-        help="Chats last updated more than AGE ago: 90d, 12h, 4w.",
-    )(command)
-    return click.option(
-        "--before", type=_moment, help="Chats last updated before this day or time (UTC if no offset)."
-    )(command)
-
-
-def _before(before: datetime | None, older_than: datetime | None) -> datetime | None:
-    if before is not None and older_than is not None:
-        raise click.UsageError("give --before or --older-than, not both")
-    return before or older_than
 
 
 @main.command("ls")

@@ -768,29 +768,50 @@ class ChatRepository:
                 limit=limit,
             )
 
-    def export(self, *, user_id: str | None = None, batch_size: int = 100) -> Iterator[ChatDocument]:
-        """Every stored chat (or every chat of one user), in ``chat_id`` order,
-        loaded ``batch_size`` chats at a time."""
+    def export(
+        self,
+        *,
+        user_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        batch_size: int = 100,
+    ) -> Iterator[ChatDocument]:
+        """Every stored chat (or every chat of one user, or those whose
+        ``updated_at`` is from ``since`` on and before ``until``, as in
+        :meth:`list_chats`), in ``chat_id`` order, loaded ``batch_size`` chats
+        at a time."""
         require_at_least_one(batch_size, "batch_size")
         after: str | None = None
         while True:
-            batch = self.chat_ids(user_id=user_id, after=after, limit=batch_size)
+            batch = self.chat_ids(user_id=user_id, since=since, until=until, after=after, limit=batch_size)
             if not batch:
                 return
             yield from self.get_many(batch)
             after = batch[-1]
 
     def chat_ids(
-        self, *, user_id: str | None = None, after: str | None = None, limit: int = 100
+        self,
+        *,
+        user_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after: str | None = None,
+        limit: int = 100,
     ) -> list[str]:
-        """Chat ids in ascending order, ``limit`` at a time after ``after``."""
+        """Chat ids in ascending order, ``limit`` at a time after ``after``
+        (``since`` / ``until`` bound ``updated_at`` as in :meth:`list_chats`)."""
         require_at_least_one(limit, "limit")
+        since, until = optional_moment(since, "since"), optional_moment(until, "until")
         user_id = scoped_user(self._user_id, user_id)
         if user_id is NOBODY:
             return []
         query = select(chats.c.chat_id).order_by(chats.c.chat_id).limit(limit)
         if user_id is not None:
             query = query.where(chats.c.user_id == user_id)
+        if since is not None:
+            query = query.where(chats.c.updated_at >= since)
+        if until is not None:
+            query = query.where(chats.c.updated_at < until)
         if after is not None:
             query = query.where(chats.c.chat_id > after)
         with self._read():

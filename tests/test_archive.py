@@ -127,17 +127,37 @@ def test_a_retention_purge_commits_batch_by_batch(
     old = [chat(f"old{n}", updated_at=t0 + timedelta(minutes=n)) for n in range(5)]
     archive.save_many([*old, chat("recent")])
     async_archive = AsyncChatArchive(engine=async_engine)
-    for purge, engine in [
-        (archive.delete_older_than, archive.engine),
-        (lambda *a, **k: runner.run(async_archive.delete_older_than(*a, **k)), async_engine.sync_engine),
+
+    def purge_sync(cutoff: datetime, batch_size: int) -> int:
+        return archive.delete_older_than(cutoff, batch_size=batch_size)
+
+    def purge_async(cutoff: datetime, batch_size: int) -> int:
+        return runner.run(async_archive.delete_older_than(cutoff, batch_size=batch_size))
+
+    def export_sync(since: datetime | None = None, until: datetime | None = None) -> list[str]:
+        return [doc.chat_id for doc in archive.export(since=since, until=until, batch_size=2)]
+
+    def export_async(since: datetime | None = None, until: datetime | None = None) -> list[str]:
+        async def ids() -> list[str]:
+            return [doc.chat_id async for doc in async_archive.export(since=since, until=until, batch_size=2)]
+
+        return runner.run(ids())
+
+    for purge, export, engine in [
+        (purge_sync, export_sync, archive.engine),
+        (purge_async, export_async, async_engine.sync_engine),
     ]:
         archive.save_many(old)
+        # What the purge will delete can be exported first (to cold storage, say).
+        assert export(until=t0 + timedelta(days=1)) == [doc.chat_id for doc in old]
+        assert export(since=t0 + timedelta(minutes=3), until=t0 + timedelta(days=1)) == ["old3", "old4"]
+        assert export(since=t0 + timedelta(days=1)) == ["recent"]
         with counting_commits(engine) as commits:
-            assert purge(t0 + timedelta(days=1), batch_size=2) == 5
+            assert purge(t0 + timedelta(days=1), 2) == 5
         assert len(commits) == 4  # 2 + 2 + 1, and the one that found none
         assert [summary.chat_id for summary in archive.list_chats().items] == ["recent"]
         with pytest.raises(InvalidDocument, match="batch_size"):
-            purge(t0, batch_size=0)
+            purge(t0, 0)
 
 
 def test_database_url(monkeypatch: pytest.MonkeyPatch) -> None:

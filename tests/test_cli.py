@@ -211,6 +211,8 @@ def test_rm_old_chats_by_date_or_age(run: Run) -> None:
         "bobs-month-old",
     ]
     assert listed("--model", "m-old") == listed("--tag", "archived") == ["year-old"]
+    cold = [json.loads(line)["chat_id"] for line in run("export", "--older-than", "4w").stdout.splitlines()]
+    assert cold == ["bobs-month-old", "month-old", "year-old"]  # what rm --older-than 4w deletes
     asked = run("rm", "--before", f"{now - timedelta(days=100):%Y-%m-%d}", stdin="n\n", expect=1)
     assert "last updated before" in asked.stderr
     assert len(left()) == 4

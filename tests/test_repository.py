@@ -465,10 +465,20 @@ def test_list_chats_pages_newest_first(repo: ChatRepository) -> None:
 
 def test_get_many_and_export(repo: ChatRepository) -> None:
     for index in range(5):
-        repo.save(tool_chat(f"c{index}", user_id="alice" if index < 3 else "bob"))
+        repo.save(
+            tool_chat(
+                f"c{index}", user_id="alice" if index < 3 else "bob", updated_at=T0 + timedelta(hours=index)
+            )
+        )
     assert [d.chat_id for d in repo.get_many(["c3", "nope", "c1", "c3"])] == ["c3", "c1"]
     assert [d.chat_id for d in repo.export(batch_size=2)] == [f"c{i}" for i in range(5)]
     assert [d.chat_id for d in repo.export(user_id="bob")] == ["c3", "c4"]
+    # since / until bound updated_at, as in list_chats
+    window = repo.export(since=T0 + timedelta(hours=1), until=T0 + timedelta(hours=4), batch_size=2)
+    assert [d.chat_id for d in window] == ["c1", "c2", "c3"]
+    assert [d.chat_id for d in repo.export(user_id="alice", since=T0 + timedelta(hours=2))] == ["c2"]
+    with pytest.raises(InvalidDocument, match="until must be a datetime"):
+        list(repo.export(until="2026-01-01"))  # type: ignore[arg-type]
 
 
 def test_get_uses_a_fixed_number_of_queries(repo: ChatRepository, session: Session) -> None:
