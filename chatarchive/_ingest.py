@@ -158,14 +158,21 @@ def prepared_batches(
     worker = threading.Thread(target=produce, name="chatarchive-prepare", daemon=True)
     with _collector_paused():
         worker.start()
+        interrupted = False
         try:
             yield from _consume(queue)
+        except KeyboardInterrupt:
+            # Not waiting for the producer: it may be waiting for input (a pipe
+            # or a terminal that sends nothing more); it stops at its next item.
+            interrupted = True
+            raise
         finally:
             stop.set()
-            while worker.is_alive():  # unblock a producer waiting on a full queue
+            while not interrupted and worker.is_alive():  # unblock a producer waiting on a full queue
                 with suppress(Empty):
                     queue.get(timeout=0.05)
-            worker.join()
+            if not interrupted:
+                worker.join()
 
 
 def _consume(queue: Queue[object]) -> Iterator[PreparedBatch]:

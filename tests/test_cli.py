@@ -479,11 +479,13 @@ def test_an_interrupted_import_says_what_it_kept(run: Run, empty_database: URL, 
             if started() or importing.poll() is not None:
                 break
             time.sleep(0.05)
-        importing.send_signal(signal.SIGINT)
-        importing.stdin.close()  # the input reader ends at the end of its input
+        importing.send_signal(signal.SIGINT)  # with the input still open: it waits for more
+        try:
+            importing.wait(60)  # it needs no more input to stop
+        finally:
+            importing.stdin.close()
         assert importing.stderr is not None
         stderr = importing.stderr.read()
-        importing.wait(60)
     engine.dispose()
     assert importing.returncode == 130, stderr
     assert "Traceback" not in stderr
