@@ -168,10 +168,10 @@ def prepared_batches(
             raise
         finally:
             stop.set()
-            while not interrupted and worker.is_alive():  # unblock a producer waiting on a full queue
-                with suppress(Empty):
-                    queue.get(timeout=0.05)
             if not interrupted:
+                while worker.is_alive():  # unblock a producer waiting on a full queue
+                    with suppress(Empty):
+                        queue.get(timeout=0.05)
                 worker.join()
 
 

@@ -710,10 +710,7 @@ class ChatRepository:
                 .where(chat_tags.c.chat_id == chats.c.chat_id, chat_tags.c.tag == tag)
                 .exists()
             )
-        if since is not None:
-            query = query.where(chats.c.updated_at >= since)
-        if until is not None:
-            query = query.where(chats.c.updated_at < until)
+        query = _updated_between(query, since, until)
         if cursor is not None:
             after_time, after_id = _decode_cursor(cursor)
             query = query.where(
@@ -808,10 +805,7 @@ class ChatRepository:
         query = select(chats.c.chat_id).order_by(chats.c.chat_id).limit(limit)
         if user_id is not None:
             query = query.where(chats.c.user_id == user_id)
-        if since is not None:
-            query = query.where(chats.c.updated_at >= since)
-        if until is not None:
-            query = query.where(chats.c.updated_at < until)
+        query = _updated_between(query, since, until)
         if after is not None:
             query = query.where(chats.c.chat_id > after)
         with self._read():
@@ -1073,6 +1067,15 @@ def _fetch_all(
         raise DBAPIError.instance(
             sql, params, exc, psycopg.Error, connection_invalidated=lost, dialect=connection.dialect
         ) from exc
+
+
+def _updated_between(query: Any, since: datetime | None, until: datetime | None) -> Any:
+    """Only the chats whose ``updated_at`` is from ``since`` on and before ``until``."""
+    if since is not None:
+        query = query.where(chats.c.updated_at >= since)
+    if until is not None:
+        query = query.where(chats.c.updated_at < until)
+    return query
 
 
 def _encode_cursor(updated_at: datetime, chat_id: str) -> str:
