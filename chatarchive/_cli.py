@@ -7,6 +7,7 @@ traceback), 2 a usage error, 130 an import stopped by Ctrl-C.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import sys
@@ -160,7 +161,9 @@ _SQL_ONLY = click.option(
 def _print_migration(archive: ChatArchive, revision: str, *, up: bool) -> None:
     from ._migrations import render  # Alembic loads only for the db commands
 
-    render(archive.engine, revision, up=up, output=sys.stdout)
+    script = io.StringIO()  # printed whole or not at all: an unknown revision fails after "BEGIN;"
+    render(archive.engine, revision, up=up, output=script)
+    sys.stdout.write(script.getvalue())
 
 
 @db.command("upgrade")

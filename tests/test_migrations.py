@@ -140,9 +140,9 @@ def test_sql_printed_for_review_migrates_as_the_command_would(empty_database: UR
     url = empty_database.render_as_string(hide_password=False)
     engine = create_engine(empty_database)
 
-    def printed(*command: str) -> str:
+    def printed(*command: str, status: int = 0) -> str:
         done = subprocess.run([chatarchive, "--db", url, "db", *command], capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
+        assert done.returncode == status, done.stderr
         return done.stdout
 
     def run_by_hand(script: str) -> None:
@@ -155,6 +155,7 @@ def test_sql_printed_for_review_migrates_as_the_command_would(empty_database: UR
 
     try:
         upgrade(engine, "0004")
+        assert printed("upgrade", "0099", "--sql", status=1) == ""  # no half script
         script = printed("upgrade", "--sql")
         assert "Running upgrade 0004 -> 0005" in script
         assert "0003" not in script  # from where the database is
