@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from datetime import datetime
 from functools import partial
 from queue import Queue
@@ -26,7 +26,14 @@ from ._exceptions import (
     require_at_least_one,
     require_user_id,
 )
-from ._ingest import WRITER_QUEUE, PreparedBatch, check_writers, prepared_batches, split_by_chat
+from ._ingest import (
+    WRITER_QUEUE,
+    PreparedBatch,
+    check_writers,
+    consuming,
+    prepared_batches,
+    split_by_chat,
+)
 from ._repository import ChatChanges, ChatRepository, OnError, load_documents
 from ._schema import SCHEMA_REVISION, VERSION_TABLE
 from ._search import SearchHit, rebuild_search_index, search_index_of, set_search_index_on
@@ -233,7 +240,7 @@ class ChatArchive:
         self._require_schema()
         batches = prepared_batches(docs, batch_size, stop_at_error=on_error is None, limits=self._limits)
         # Closed on the way out, so that its thread stops even while an error's traceback lives on.
-        with closing(batches):
+        with consuming(batches):
             if writers > 1 and self._postgres:
                 return self._save_in_parallel(batches, writers, on_error)
             saved = 0

@@ -35,6 +35,7 @@ __all__ = [
     "PreparedBatch",
     "RowWriter",
     "check_writers",
+    "consuming",
     "copy_plan",
     "documents_in_flight",
     "prepared_batches",
@@ -102,13 +103,17 @@ _DONE = object()
 AHEAD = 2
 
 
+#: What :func:`prepared_batches` returns.
+Batches = Generator[PreparedBatch, None, None]
+
+
 def prepared_batches(
     docs: Iterable[ChatDocument | Mapping[str, Any]],
     batch_size: int,
     *,
     stop_at_error: bool,
     limits: Limits | None = None,
-) -> Generator[PreparedBatch, None, None]:
+) -> Batches:
     """Batches of validated documents and their rows, prepared in a background
     thread that reads ``docs`` at most ``AHEAD`` batches ahead of the consumer."""
     queue: Queue[object] = Queue(maxsize=AHEAD)
@@ -173,6 +178,21 @@ def prepared_batches(
                     with suppress(Empty):
                         queue.get(timeout=0.05)
                 worker.join()
+
+
+@contextmanager
+def consuming(batches: Batches) -> Iterator[Batches]:
+    """``batches`` from :func:`prepared_batches`, closed on the way out. On
+    Ctrl-C, wherever the consumer was, the reading thread is not waited for:
+    it may be waiting for input that does not come (a pipe, a terminal)."""
+    try:
+        yield batches
+    except KeyboardInterrupt as exc:
+        with suppress(KeyboardInterrupt):
+            batches.throw(exc)
+        raise
+    finally:
+        batches.close()
 
 
 def _consume(queue: Queue[object]) -> Iterator[PreparedBatch]:

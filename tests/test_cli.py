@@ -445,14 +445,21 @@ def test_an_interrupted_import_says_what_it_kept(run: Run, empty_database: URL, 
     run("db", "upgrade")
     engine = create_engine(empty_database)
 
+    def write_lock_held() -> bool:
+        with closing(sqlite3.connect(str(empty_database.database), timeout=0)) as connection:
+            try:
+                connection.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError:
+                return True
+            return False
+
     def started() -> bool:
         if strict and engine.dialect.name == "sqlite":  # its one transaction holds the write lock
-            with closing(sqlite3.connect(str(empty_database.database), timeout=0)) as connection:
-                try:
-                    connection.execute("BEGIN IMMEDIATE")
-                except sqlite3.OperationalError:
-                    return True
-                return False
+            for _ in range(5):  # for a while: not a moment of its start-up
+                if not write_lock_held():
+                    return False
+                time.sleep(0.05)
+            return True
         with engine.connect() as connection:
             if strict:  # its one transaction has written the first batch and waits for more input
                 query = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'"
