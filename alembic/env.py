@@ -14,7 +14,7 @@ from alembic.autogenerate.api import AutogenContext
 from sqlalchemy import Connection, text
 
 from alembic import context
-from chatarchive._engine import create_engine, database_url
+from chatarchive._engine import create_engine, database_url, writing_on
 from chatarchive._schema import VERSION_TABLE, described_by_models, metadata
 from chatarchive._types import ArchiveText, JsonObject, UTCDateTime
 
@@ -65,21 +65,27 @@ def run_migrations(connection: Connection) -> None:
     sqlite = connection.dialect.name == "sqlite"
     if sqlite:
         _set_sqlite_foreign_keys(connection, False)
+        # Several processes may migrate at once (replicas that each run 'db
+        # upgrade' as they start): the first to begin takes the write lock, the
+        # others wait for it, then find the work done. A deferred transaction
+        # would fail with "database is locked" when it came to write.
+        writing_on(connection)
     try:
         context.configure(
             connection=connection,
             target_metadata=metadata,
             version_table=VERSION_TABLE,
             render_as_batch=sqlite,
+            # SQLite runs DDL in transactions too (chatarchive's engines let
+            # SQLAlchemy, not the driver, begin them): one transaction for the
+            # whole migration, as on PostgreSQL, rather than one per statement.
+            transactional_ddl=True,
             compare_type=True,
             render_item=_render_item,
             include_object=_include_object,
         )
         with context.begin_transaction():
-            if connection.dialect.name == "postgresql":
-                # Several processes may migrate at once (replicas that each run
-                # 'db upgrade' as they start): one at a time, and the others then
-                # find the work done. SQLite's write lock does the same there.
+            if not sqlite:  # the same, one at a time, on PostgreSQL
                 connection.execute(text("SELECT pg_advisory_xact_lock(hashtext('chatarchive migrations'))"))
             context.run_migrations()
     finally:

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy
 import sqlalchemy.ext.asyncio
-from sqlalchemy import URL, Engine, event, make_url
+from sqlalchemy import URL, Connection, Engine, event, make_url
 from sqlalchemy.exc import ArgumentError, DisconnectionError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -242,6 +242,12 @@ def for_writing(engine: _AnyEngine) -> _AnyEngine:
     if engine.dialect.name != "sqlite":
         return engine
     return engine.execution_options(**{_WRITING: True})
+
+
+def writing_on(connection: Connection) -> None:
+    """:func:`for_writing` for one connection already taken from the pool: its
+    next transactions begin ``IMMEDIATE`` on SQLite."""
+    connection.execution_options(**{_WRITING: True})
 
 
 def for_reading(engine: _AnyEngine) -> _AnyEngine:
