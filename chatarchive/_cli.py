@@ -463,6 +463,7 @@ def _output(path: str | None) -> Iterator[IO[str]]:
 @click.option("--since", type=_moment, help="Chats last updated from this day or time on (UTC if no offset).")
 @_before_options
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1), help="How many chats.")
+@click.option("--json", "as_json", is_flag=True, help="Print the chats' summaries as JSON.")
 def ls(
     user_id: str | None,
     model: str | None,
@@ -471,12 +472,20 @@ def ls(
     before: datetime | None,
     older_than: datetime | None,
     limit: int,
+    as_json: bool,
 ) -> None:
     """List chats, most recently updated first (--before or --older-than
     shows what 'rm' with the same option would delete)."""
     page = _state().archive.list_chats(
         user_id=user_id, model=model, tag=tag, since=since, until=_before(before, older_than), limit=limit
     )
+    more = f"(more; showing the {limit} most recent)" if page.next_cursor else None
+    if as_json:
+        summaries = [chat.model_dump(mode="json") for chat in page.items]
+        click.echo(json.dumps(summaries, indent=2, ensure_ascii=False))
+        if more:
+            _stderr.print(more)
+        return
     table = _table("chat_id", "user", "title", "model", "messages", "updated (UTC)")
     for chat in page.items:
         _add_row(
@@ -489,8 +498,8 @@ def ls(
             chat.updated_at.strftime("%Y-%m-%d %H:%M:%S"),
         )
     _stdout.print(table)
-    if page.next_cursor:
-        _stdout.print(f"(more; showing the {limit} most recent)")
+    if more:
+        _stdout.print(more)
 
 
 @main.command("show")

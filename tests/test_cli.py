@@ -206,6 +206,13 @@ def test_rm_old_chats_by_date_or_age(run: Run) -> None:
 
     # ls takes the same options, to see first what rm would delete.
     assert listed("--older-than", "4w") == ["year-old", "month-old", "bobs-month-old"]
+    newest_old = run("ls", "--older-than", "4w", "--limit", "2", "--json")
+    summaries = json.loads(newest_old.stdout)  # newest first (a tie: chat_id descending)
+    assert [(s["chat_id"], s["user_id"], s["message_count"]) for s in summaries] == [
+        ("month-old", "alice", 4),
+        ("bobs-month-old", "bob", 4),
+    ]
+    assert "(more; showing the 2 most recent)" in newest_old.stderr
     assert listed("--older-than", "4w", "--since", f"{now - timedelta(days=60):%Y-%m-%d}") == [
         "month-old",
         "bobs-month-old",
