@@ -481,8 +481,7 @@ def ls(
     )
     more = f"(more; showing the {limit} most recent)" if page.next_cursor else None
     if as_json:
-        summaries = [chat.model_dump(mode="json") for chat in page.items]
-        click.echo(json.dumps(summaries, indent=2, ensure_ascii=False))
+        _echo_json([chat.model_dump(mode="json") for chat in page.items])
         if more:
             _stderr.print(more)
         return
@@ -598,7 +597,7 @@ def stats(
     )
     records = [row.model_dump(mode="json") for row in rows]
     if fmt == "json":
-        click.echo(json.dumps(records, indent=2, ensure_ascii=False))
+        _echo_json(records)
     elif fmt == "csv":
         _write_csv(records)
     else:
@@ -611,6 +610,11 @@ def _write_csv(records: list[dict[str, Any]]) -> None:
         writer.writerow(records[0])
     for record in records:
         writer.writerow(["" if value is None else value for value in record.values()])
+
+
+def _echo_json(value: object) -> None:
+    """``--json`` and ``--format json`` output: indented, the text exact (not ASCII-escaped)."""
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
 
 def _table(key: str, *columns: str) -> Table:
@@ -679,7 +683,7 @@ def search(
     """Full-text search over message text: words, "phrases", -word, or."""
     hits = _state().archive.search(query, user_id=user_id, role=role, model=model, since=since, limit=limit)
     if as_json:
-        click.echo(json.dumps([hit.model_dump(mode="json") for hit in hits], indent=2, ensure_ascii=False))
+        _echo_json([hit.model_dump(mode="json") for hit in hits])
         return
     if not hits:
         _stderr.print("no matches")

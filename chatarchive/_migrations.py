@@ -6,7 +6,7 @@ carries the same files as ``chatarchive/_alembic/`` (see pyproject.toml).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
@@ -57,10 +57,7 @@ def migrate(connection: Connection, revision: str, *, up: bool) -> None:
     config = alembic_config()
     config.attributes["connection"] = connection
     with _revision_errors(config):
-        if up:
-            command.upgrade(config, revision)
-        else:
-            command.downgrade(config, revision)
+        _direction(up)(config, revision)
 
 
 def render(engine: Engine, revision: str, *, up: bool, output: TextIO) -> None:
@@ -72,10 +69,11 @@ def render(engine: Engine, revision: str, *, up: bool, output: TextIO) -> None:
     config.attributes["url"] = engine.url
     config.output_buffer = output
     with _revision_errors(config):
-        if up:
-            command.upgrade(config, f"{start}:{revision}", sql=True)
-        else:
-            command.downgrade(config, f"{start}:{revision}", sql=True)
+        _direction(up)(config, f"{start}:{revision}", sql=True)
+
+
+def _direction(up: bool) -> Callable[..., None]:
+    return command.upgrade if up else command.downgrade
 
 
 @contextmanager
