@@ -289,8 +289,9 @@ def import_(
 ) -> None:
     """Import chats from JSON or JSON Lines files ('-' reads standard input).
 
-    A file may hold one record, a list of records, or JSON Lines of them; a
-    record is a chat document, a bare OpenAI message list (one chat), a
+    A file may hold one record, a list of records (read one at a time, so
+    memory does not grow with the file), JSON Lines of them, or records one
+    after another (jq output); a record is a chat document, a bare OpenAI message list (one chat), a
     Masterbrain ChatDoc, a Malevich message list, a ShareGPT record, or a
     ChatGPT conversation (conversations.json). Chats already stored with the
     same chat_id are replaced. Bad records are reported with file and line;

@@ -1,25 +1,35 @@
 """Reading chat documents from JSON and JSONL files, record by record.
 
 A file may hold one document, a list of documents, a bare OpenAI message list
-(one chat), or JSON Lines of any of these. Every record carries the file and
-line it starts on, so that a bad one can be reported precisely while the good
-ones are kept.
+(one chat), JSON Lines of any of these, or JSON values one after another (the
+output of ``jq``). Every record carries the file and line it starts on, so
+that a bad one can be reported precisely while the good ones are kept.
+
+Nothing is read whole: a list of documents (ChatGPT's ``conversations.json``,
+one line of hundreds of megabytes) gives its documents one at a time, so
+memory holds one document and a window of the text, whatever the file's size.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from itertools import chain
 from typing import IO, Any
 
 __all__ = ["Record", "is_message_list", "read_records"]
 
 _JSONL_SUFFIXES = (".jsonl", ".ndjson", ".jsonlines")
-_WHITESPACE = " \t\n\r"
 _BOM = "\ufeff"
+_VALUE = re.compile(r"[^ \t\n\r]")  # where the next JSON token starts
+_LINE_REST = re.compile(r"[^ \t\r]")  # what follows a value on its line
+_READ = 1 << 16  # characters to add at least when a value runs past what is read
+_PIECE = 1 << 20  # a line is read in pieces of at most this many characters
+# A value that fails this close to the end of what is read may only be cut short
+# (json reports a cut token where the token starts; no token is longer than this).
+_TOKEN = 16
 _decoder = json.JSONDecoder()
 
 
@@ -53,62 +63,193 @@ def read_records(stream: IO[str], source: str) -> Iterator[Record]:
     at the start is skipped: Windows tools write one, and JSON's RFC 8259 lets
     readers ignore it.
 
-    JSON Lines are read a line at a time, whatever the file is called (a pipe
-    into standard input included), so memory does not grow with the input;
-    lines end at ``\n`` only, as JSON text may hold U+2028 and other
-    characters that :meth:`str.splitlines` would break lines at. Other text
-    is one JSON document (pretty-printed, say), read whole."""
-    lines = _without_bom(stream)
+    A list that is not one chat's messages gives its items, one at a time. The
+    file is JSON Lines if its name says so or if its first value fills its line
+    and another line follows: then it is read a line at a time, a broken line
+    is reported and the next ones are read on (lines end at ``\n`` only, as JSON
+    text may hold U+2028 and other characters that :meth:`str.splitlines`
+    breaks lines at). Otherwise values are read one after another, and reading
+    stops where the text breaks."""
     if source.lower().endswith(_JSONL_SUFFIXES):
-        yield from _json_lines(lines, source, first_line=1)
+        yield from _json_lines(_without_bom(stream), source, first_line=1)
         return
-    # JSON Lines if the first value fills its line and another line follows.
-    head: list[str] = []
-    for line in lines:
-        head.append(line)
-        if line.strip():
-            break
-    if head and _is_json(head[-1]):
-        for line in lines:
-            head.append(line)
-            if line.strip():
-                yield from _json_lines(chain(head, lines), source, first_line=1)
-                return
-    yield from _document("".join(chain(head, lines)), source)
-
-
-def _document(text: str, source: str) -> Iterator[Record]:
-    """The records of a text that may be one document (or a list of them), or
-    JSON Lines whose first line is broken."""
-    start = _skip(text, 0)
-    if start == len(text):
-        return
-    try:
-        value, end = _decoder.raw_decode(text, start)
-    except RecursionError:
-        yield Record(source, _line_of(text, start), error="invalid JSON: nested too deeply")
-        return
-    except json.JSONDecodeError as exc:
-        if exc.lineno > _line_of(text, start) or "\n" not in text[start:].strip():
-            # The first value runs over several lines: one JSON document, broken.
-            yield Record(source, exc.lineno, error=f"invalid JSON: {exc.msg} (column {exc.colno})")
+    text = _Text(stream)
+    first = True
+    while text.next_char():
+        start = text.line()
+        try:
+            yield from _value_records(text, source)
+        except _Broken as broken:
+            yield Record(source, broken.line, error=f"invalid JSON: {broken.reason} (column {broken.column})")
+            if first and broken.line == start:  # a broken first line of JSON Lines
+                yield from _json_lines(text.following_lines(), source, first_line=start + 1)
             return
-        yield from _json_lines(io.StringIO(text, newline="\n"), source, first_line=1)
+        if first and text.line() == start:  # a one-line value: what follows is JSON Lines
+            yield from _json_lines(text.following_lines(), source, first_line=start + 1)
+            return
+        first = False
+
+
+class _Broken(Exception):
+    def __init__(self, reason: str, line: int, column: int) -> None:
+        super().__init__(reason)
+        self.reason, self.line, self.column = reason, line, column
+
+
+class _Text:
+    """A window on a text stream: what is read and not yet consumed (from
+    ``pos``), and the line numbers that go with it."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self.text = ""
+        self.pos = 0
+        self._started = False
+        self._ended = False
+        self._line = 1  # the line ``_counted`` is on
+        self._counted = 0
+        self._column = 0  # of text[0] on its line, counted from 0
+
+    def line(self) -> int:
+        """The line ``pos`` is on (``pos`` only moves forward)."""
+        self._line += self.text.count("\n", self._counted, self.pos)
+        self._counted = self.pos
+        return self._line
+
+    def broken(self, reason: str, index: int) -> _Broken:
+        self.pos = max(self.pos, index)
+        newline = self.text.rfind("\n", 0, index)
+        column = index - newline if newline >= 0 else self._column + index + 1
+        return _Broken(reason, self.line(), column)
+
+    def read(self, at_least: int) -> bool:
+        """Read on: whole lines (in pieces of at most ``_PIECE``) until
+        ``at_least`` characters came, or the end. False at the end."""
+        if self._ended:
+            return False
+        self.line()
+        newline = self.text.rfind("\n", 0, self.pos)
+        self._column = self.pos - newline - 1 if newline >= 0 else self._column + self.pos
+        pieces = [self.text[self.pos :]]
+        self.pos = self._counted = 0
+        added = 0
+        while added < at_least:
+            piece = self._stream.readline(_PIECE)
+            if not piece:
+                self._ended = True
+                break
+            if not self._started:
+                piece = piece.removeprefix(_BOM)
+                self._started = True
+            pieces.append(piece)
+            added += len(piece)
+        self.text = "".join(pieces)
+        return added > 0
+
+    def next_char(self) -> str:
+        """The character the next token starts with ("" at the end); ``pos`` moves to it."""
+        while (found := _VALUE.search(self.text, self.pos)) is None:
+            self.pos = len(self.text)
+            if not self.read(1):
+                return ""
+        self.pos = found.start()
+        return self.text[self.pos]
+
+    def value(self) -> Any:
+        """The JSON value at ``pos``, read on as far as it goes."""
+        while True:
+            try:
+                value, end = _decoder.raw_decode(self.text, self.pos)
+            except RecursionError:
+                raise self.broken("nested too deeply", self.pos) from None
+            except json.JSONDecodeError as exc:
+                cut_short = exc.pos >= len(self.text) - _TOKEN or exc.msg.startswith("Unterminated string")
+                into_value = exc.pos - self.pos  # reading on moves the value to the window's start
+                if cut_short and self._read_on():
+                    continue
+                raise self.broken(exc.msg, self.pos + into_value) from None
+            if end < len(self.text) or not self._read_on():  # a number may go on
+                self.pos = end
+                return value
+
+    def _read_on(self) -> bool:
+        # At least as much again as the value has so far: each value is parsed a
+        # bounded number of times over.
+        return self.read(max(_READ, len(self.text) - self.pos))
+
+    def expect_line_end(self, start: int) -> None:
+        """Only blanks may follow a value that fills line ``start`` (JSON
+        Lines); after a longer one, the next value may start on the same line."""
+        if self.line() != start:
+            return
+        while (found := _LINE_REST.search(self.text, self.pos)) is None:
+            self.pos = len(self.text)
+            if not self.read(1):
+                return
+        if self.text[found.start()] != "\n":
+            raise self.broken("Extra data", found.start())
+        self.pos = found.start()
+
+    def following_lines(self) -> Iterator[str]:
+        """The lines after the one ``pos`` is on: the rest of the window, then the stream's."""
+        while (newline := self.text.find("\n", self.pos)) < 0:
+            self.pos = len(self.text)
+            if not self.read(1):
+                return
+        rest, self.text, self.pos = self.text[newline + 1 :], "", 0
+        partial = ""
+        for line in io.StringIO(rest, newline="\n"):
+            if line.endswith("\n"):
+                yield line
+            else:
+                partial = line
+        if not self._ended:
+            for line in self._stream:
+                yield partial + line
+                partial = ""
+        if partial:
+            yield partial
+
+
+def _value_records(text: _Text, source: str) -> Iterator[Record]:
+    """The records of the top-level value at ``pos``: a list of documents
+    gives its items as they are read; anything else is one record."""
+    start = text.line()
+    if text.next_char() != "[":
+        value = text.value()
+        text.expect_line_end(start)
+        yield Record(source, start, value)
         return
-    if _skip(text, end) < len(text):
-        yield from _json_lines(io.StringIO(text, newline="\n"), source, first_line=1)
-    elif isinstance(value, list) and not is_message_list(value):
-        yield from _array_items(text, start, source)
-    else:
-        yield Record(source, _line_of(text, start), value)
+    text.pos += 1
+    items: Iterator[Record] = _items(text, source)
+    first = next(items, None)
+    if first is not None and is_message_list([first.value]):
+        # Perhaps one chat's messages: it is known at the end of the list.
+        held = [first, *items]
+        text.expect_line_end(start)
+        values = [record.value for record in held]
+        yield from [Record(source, start, values)] if is_message_list(values) else held
+        return
+    if first is not None:
+        yield first
+        yield from items
+    text.expect_line_end(start)
 
 
-def _is_json(line: str) -> bool:
-    try:
-        json.loads(line)
-    except (ValueError, RecursionError):
-        return False
-    return True
+def _items(text: _Text, source: str) -> Iterator[Record]:
+    """The items of the list whose ``[`` is just before ``pos``, up to its ``]``."""
+    if text.next_char() == "]":
+        text.pos += 1
+        return
+    while True:
+        yield Record(source, text.line(), text.value())
+        separator = text.next_char()
+        text.pos += 1
+        if separator == "]":
+            return
+        if separator != ",":
+            raise text.broken("Expecting ',' delimiter", text.pos - 1)
+        text.next_char()
 
 
 def _without_bom(lines: Iterable[str]) -> Iterator[str]:
@@ -119,31 +260,7 @@ def _without_bom(lines: Iterable[str]) -> Iterator[str]:
         yield from lines
 
 
-def _skip(text: str, index: int) -> int:
-    while index < len(text) and text[index] in _WHITESPACE:
-        index += 1
-    return index
-
-
-def _line_of(text: str, index: int) -> int:
-    return text.count("\n", 0, index) + 1
-
-
-def _array_items(text: str, start: int, source: str) -> Iterator[Record]:
-    """The items of a (valid) top-level JSON array, each with its line."""
-    index = _skip(text, start + 1)
-    line, counted = 1, 0
-    while text[index] != "]":
-        line += text.count("\n", counted, index)
-        counted = index
-        value, index = _decoder.raw_decode(text, index)
-        yield Record(source, line, value)
-        index = _skip(text, index)
-        if text[index] == ",":
-            index = _skip(text, index + 1)
-
-
-def _json_lines(lines: Iterator[str], source: str, *, first_line: int) -> Iterator[Record]:
+def _json_lines(lines: Iterable[str], source: str, *, first_line: int) -> Iterator[Record]:
     for number, line in enumerate(lines, start=first_line):
         if not line.strip():
             continue
@@ -157,4 +274,7 @@ def _json_lines(lines: Iterator[str], source: str, *, first_line: int) -> Iterat
             reason = f"truncated line ({exc.msg})" if ended_early and not line.endswith("\n") else exc.msg
             yield Record(source, number, error=f"invalid JSON: {reason} (column {exc.colno})")
             continue
-        yield Record(source, number, value)
+        if isinstance(value, list) and not is_message_list(value):
+            yield from (Record(source, number, item) for item in value)
+        else:
+            yield Record(source, number, value)

@@ -143,6 +143,23 @@ def test_import_reports_bad_records_and_keeps_good_ones(run: Run, tmp_path: Path
     assert len(run("export").stdout.splitlines()) == 2
 
 
+def test_import_of_a_cut_list_keeps_the_chats_before_the_cut(run: Run, tmp_path: Path) -> None:
+    # A conversations.json whose download stopped short: read a chat at a time.
+    run("db", "upgrade")
+    chats = [{**DOC, "chat_id": f"chat-{n}"} for n in range(3)]
+    text = json.dumps(chats)
+    path = write(tmp_path / "conversations.json", text[: text.index('"chat-2"') + 5])
+    result = run("import", "--strict", path, expect=1)
+    assert f"{path}:1: invalid JSON: Unterminated string" in result.stderr
+    assert run("export").stdout == ""
+    result = run("import", path, expect=1)
+    assert "imported 2 chats, 1 failed" in result.stderr
+    assert sorted(json.loads(line)["chat_id"] for line in run("export").stdout.splitlines()) == [
+        "chat-0",
+        "chat-1",
+    ]
+
+
 def test_strict_import_is_all_or_nothing(run: Run, tmp_path: Path) -> None:
     run("db", "upgrade")
     path = write(

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import io
 import json
+import tracemalloc
+from pathlib import Path
+from typing import Any
+from unittest.mock import patch
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from chatarchive import _jsonio
 from chatarchive._jsonio import read_records
+from tests.strategies import json_values, text
 
 DOC = {"chat_id": "c", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -65,3 +73,143 @@ def test_broken_input_is_reported_where_it_breaks(source: str) -> None:
         (1, DOC, None),
         (2, DOC, None),
     ]
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_a_list_of_documents_is_read_a_document_at_a_time(indent: int | None) -> None:
+    # ChatGPT's conversations.json: one line, hundreds of megabytes (here 10).
+    listed = json.dumps(
+        [{**DOC, "chat_id": f"c{n}", "pad": "x" * 10_000} for n in range(1000)], indent=indent
+    )
+    stream = io.StringIO(listed)
+    read = read_records(stream, "conversations.json")
+    assert [next(read).value["chat_id"] for _ in range(3)] == ["c0", "c1", "c2"]
+    assert stream.tell() < len(listed) // 4
+    assert len(list(read)) == 997
+
+
+def test_memory_does_not_grow_with_a_large_list(tmp_path: Path) -> None:
+    def peak(chats: int) -> int:
+        path = tmp_path / f"{chats}.json"
+        path.write_text(json.dumps([{**DOC, "chat_id": f"c{n}", "pad": "x" * 2000} for n in range(chats)]))
+        with path.open(encoding="utf-8") as stream:
+            tracemalloc.start()
+            try:
+                assert sum(1 for _ in read_records(stream, str(path))) == chats
+                return tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+
+    small, large = peak(500), peak(4000)  # 1 MB and 8 MB of text
+    assert large < 2 * small, (small, large)  # reading it whole would be 8x
+
+
+def test_values_one_after_another_are_read_in_turn() -> None:
+    # What jq writes: pretty-printed values, one after another.
+    docs = [{**DOC, "chat_id": name} for name in "abc"]
+    jq = "\n".join(json.dumps(doc, indent=2) for doc in docs) + "\n"
+    assert records(jq, "<stdin>") == [(1, docs[0], None), (10, docs[1], None), (19, docs[2], None)]
+    glued = "".join(json.dumps(doc, indent=2) for doc in docs)
+    assert [value for _, value, _ in records(glued, "chats.json")] == docs
+
+
+def test_a_list_holding_one_chats_messages_is_one_record() -> None:
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    assert records(json.dumps(messages, indent=2), "chat.json") == [(1, messages, None)]
+    # A list that starts like messages but holds documents gives its items.
+    mixed = [{"role": "user", "content": "hi"}, DOC]
+    assert records(json.dumps(mixed), "chats.json") == [(1, mixed[0], None), (1, DOC, None)]
+
+
+def test_a_json_line_holding_a_list_of_documents_gives_its_documents() -> None:
+    two = [DOC, {**DOC, "chat_id": "d"}]
+    lines = json.dumps(two) + "\n" + json.dumps(two) + "\n"
+    for source in ("chats.jsonl", "chats.json"):
+        assert [(line, value) for line, value, _ in records(lines, source)] == [
+            (1, DOC),
+            (1, two[1]),
+            (2, DOC),
+            (2, two[1]),
+        ]
+
+
+def test_a_broken_list_gives_the_documents_before_the_break() -> None:
+    listed = json.dumps([DOC, {**DOC, "chat_id": "d"}, {**DOC, "chat_id": "e"}], indent=2)
+    cut = listed[: listed.index('"e"') + 2]
+    assert records(cut, "chats.json") == [
+        (2, DOC, None),
+        (11, {**DOC, "chat_id": "d"}, None),
+        (21, None, "invalid JSON: Unterminated string starting at (column 16)"),
+    ]
+    messages = json.dumps([{"role": "user", "content": "hi"}, {"role": "user", "content": "again"}])
+    assert records(messages[:-3] + "\n", "chat.json") == [
+        (1, None, "invalid JSON: Invalid control character at (column 71)")
+    ]  # one chat: nothing of it is given
+    assert records("[1 2]", "x.json") == [
+        (1, 1, None),
+        (1, None, "invalid JSON: Expecting ',' delimiter (column 4)"),
+    ]
+    assert records("[1,]", "x.json") == [(1, 1, None), (1, None, "invalid JSON: Expecting value (column 4)")]
+
+
+def test_extra_text_after_a_one_line_value_is_reported_on_its_line() -> None:
+    found = records('{"a": 1} x\n' + json.dumps(DOC) + "\n", "chats.json")
+    assert found == [(1, None, "invalid JSON: Extra data (column 10)"), (2, DOC, None)]
+
+
+documents = st.lists(
+    st.dictionaries(text.filter(lambda key: key != "role"), json_values, max_size=3).map(
+        lambda extra: {**extra, "chat_id": "c"}
+    ),
+    max_size=4,
+)
+
+
+@given(
+    documents,
+    st.sampled_from([None, 0, 2]),
+    st.integers(min_value=1, max_value=24),
+    st.integers(min_value=1, max_value=24),
+    st.booleans(),
+)
+def test_any_list_is_read_the_same_in_any_pieces(
+    docs: list[dict[str, Any]], indent: int | None, piece: int, read: int, ascii_only: bool
+) -> None:
+    # Values cut anywhere across reads (a string, an escape, a surrogate pair, a
+    # number) are read as json.loads reads the whole text.
+    listed = json.dumps(docs, indent=indent, ensure_ascii=ascii_only)
+    with patch.object(_jsonio, "_PIECE", piece), patch.object(_jsonio, "_READ", read):
+        assert [record.value for record in read_records(io.StringIO(listed), "chats.json")] == docs
+        lines = [record.line for record in read_records(io.StringIO(listed + "\n" + listed), "chats.json")]
+    assert len(lines) == 2 * len(docs)
+    assert lines == sorted(lines)
+
+
+@given(
+    documents,
+    st.sampled_from([None, 2]),
+    st.integers(min_value=1, max_value=24),
+    st.integers(min_value=1, max_value=24),
+    st.floats(min_value=0, max_value=1, exclude_max=True),
+)
+def test_a_cut_list_is_reported_where_json_loads_reports_it(
+    docs: list[dict[str, Any]], indent: int | None, piece: int, read: int, where: float
+) -> None:
+    listed = json.dumps(docs, indent=indent, ensure_ascii=False)
+    cut = listed[: 1 + int((len(listed) - 1) * where)]  # not empty, not whole
+    with pytest.raises(json.JSONDecodeError) as whole:
+        json.loads(cut)
+    with patch.object(_jsonio, "_PIECE", piece), patch.object(_jsonio, "_READ", read):
+        *values, last = [
+            (record.line, record.value, record.error) for record in read_records(io.StringIO(cut), "c.json")
+        ]
+    error = whole.value
+    assert last == (error.lineno, None, f"invalid JSON: {error.msg} (column {error.colno})")
+    assert [value for _, value, _ in values] == docs[: len(values)]
+
+
+@pytest.mark.parametrize("piece", [1, 2, 3, 4])
+def test_a_number_cut_across_reads_is_read_whole(piece: int) -> None:
+    with patch.object(_jsonio, "_PIECE", piece), patch.object(_jsonio, "_READ", 1):
+        assert [value for _, value, _ in records("[12345, -6.5e3, true]", "x.json")] == [12345, -6500.0, True]
+        assert records("12345", "x.json") == [(1, 12345, None)]
