@@ -31,7 +31,6 @@ from ._exceptions import (
     require_user_id,
 )
 from ._ingest import PreparedBatch, check_writers, prepared_batches, split_by_chat
-from ._migrations import migrate, problems_of, revision_of
 from ._repository import ChatChanges, ChatRepository, OnError
 from ._schema import SCHEMA_REVISION, VERSION_TABLE
 from ._search import SearchHit, rebuild_search_index, search_index_of, set_search_index_on
@@ -464,18 +463,26 @@ class AsyncChatArchive:
 
     async def upgrade(self, revision: str = "head") -> None:
         """Migrate the database to ``revision`` (default: the newest)."""
+        from ._migrations import migrate
+
         await self._on_connection(partial(migrate, revision=revision, up=True))
         self._schema_ready = False
 
     async def downgrade(self, revision: str) -> None:
         """Migrate the database down to ``revision``."""
+        from ._migrations import migrate
+
         await self._on_connection(partial(migrate, revision=revision, up=False))
         self._schema_ready = False
 
     async def current_revision(self) -> str | None:
+        from ._migrations import revision_of
+
         return await self._on_connection(revision_of)
 
     async def check(self) -> list[str]:
+        from ._migrations import problems_of
+
         return await self._on_connection(problems_of)
 
     async def row_level_security(self) -> bool:

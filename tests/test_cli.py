@@ -537,3 +537,13 @@ def test_db_rls_switches_row_level_security(run: Run, dialect: str) -> None:
     assert run("db", "rls", "on").stdout == "on\n"
     assert run("db", "rls", "status").stdout == "on\n"
     assert run("db", "rls", "off").stdout == "off\n"
+
+
+def test_alembic_loads_only_for_schema_commands() -> None:
+    # Every command starts by importing chatarchive: Alembic (and Mako) would add
+    # a third of a second to each.
+    check = "import sys, chatarchive, chatarchive._cli; print(sorted({m.split('.')[0] for m in sys.modules}))"
+    loaded = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True).stdout
+    assert "'sqlalchemy'" in loaded
+    assert "'alembic'" not in loaded
+    assert "'mako'" not in loaded
