@@ -12,12 +12,12 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from importlib import resources
 from itertools import count
-from typing import IO, Any, NoReturn
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
@@ -31,7 +31,7 @@ from ._document import ChatDocument
 from ._engine import DEFAULT_URL, URL_ENV
 from ._exceptions import ChatArchiveError, require_moment
 from ._ingest import documents_in_flight
-from ._jsonio import Record, read_records
+from ._jsonio import READ_ERRORS, Record, open_text, read_records, written
 from ._transcript import literal, printable, render_transcript
 from .formats import EXPORT_FORMATS, IMPORT_FORMATS
 from .formats.finetune import Filters, Selection, select
@@ -287,7 +287,8 @@ def _switch(state: str, turn: Callable[[bool], None], current: Callable[[], bool
 def import_(
     paths: tuple[str, ...], strict: bool, bulk: bool, batch_size: int, writers: int, fmt: str
 ) -> None:
-    """Import chats from JSON or JSON Lines files ('-' reads standard input).
+    """Import chats from JSON or JSON Lines files ('-' reads standard input;
+    names ending in .gz, .bz2 or .xz are decompressed).
 
     A file may hold one record, a list of records (read one at a time, so
     memory does not grow with the file), JSON Lines of them, or records one
@@ -362,11 +363,13 @@ def _records(paths: tuple[str, ...]) -> Iterator[Record]:
         if path == "-":
             yield from read_records(sys.stdin, "<stdin>")
         else:
-            with open(path, encoding="utf-8", errors="strict") as stream:
+            with open_text(path) as stream:
                 try:
                     yield from read_records(stream, path)
                 except UnicodeDecodeError as exc:
                     yield Record(path, 0, error=f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+                except READ_ERRORS as exc:
+                    yield Record(path, 0, error=f"cannot be read: {exc}")
 
 
 def _document(record: Record, fmt: str = "auto") -> ChatDocument:
@@ -415,7 +418,10 @@ def _progress() -> Iterator[Callable[[], None]]:
 )
 @_before_options
 @click.option(
-    "-o", "--output", type=click.Path(dir_okay=False, writable=True), help="File to write (default: stdout)."
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    help="File to write, whole or not at all; .gz, .bz2 or .xz compress it (default: stdout).",
 )
 def export(
     user_id: str | None,
@@ -432,7 +438,7 @@ def export(
     --older-than: what 'rm' with the same option would delete)."""
     archive = _state().archive
     documents = archive.export(user_id=user_id, until=_before(before, older_than))
-    with _output(output) as stream:
+    with nullcontext(sys.stdout) if output is None else written(output) as stream:
         if fmt == "openai-finetune":
             selection = Selection()
             filters = Filters(min_score=min_score, model=model, since=since, exclude_roles=exclude_roles)
@@ -443,15 +449,6 @@ def export(
             return
         for document in documents:
             stream.write(json.dumps(formats.export(document, fmt), ensure_ascii=False) + "\n")
-
-
-@contextmanager
-def _output(path: str | None) -> Iterator[IO[str]]:
-    if path is None:
-        yield sys.stdout
-        return
-    with open(path, "w", encoding="utf-8") as stream:
-        yield stream
 
 
 # -- looking around --------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Reading chat documents from JSON and JSONL files, record by record.
+"""Chat documents in JSON and JSONL files: reading them record by record,
+and writing files that appear only whole.
 
 A file may hold one document, a list of documents, a bare OpenAI message list
 (one chat), JSON Lines of any of these, or JSON values one after another (the
@@ -8,20 +9,33 @@ that a bad one can be reported precisely while the good ones are kept.
 Nothing is read whole: a list of documents (ChatGPT's ``conversations.json``,
 one line of hundreds of megabytes) gives its documents one at a time, so
 memory holds one document and a window of the text, whatever the file's size.
+
+Files whose names end in ``.gz``, ``.bz2`` or ``.xz`` are read and written
+compressed that way.
 """
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import io
 import json
+import lzma
+import os
 import re
-from collections.abc import Iterable, Iterator
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["Record", "is_message_list", "read_records"]
+__all__ = ["READ_ERRORS", "Record", "is_message_list", "open_text", "read_records", "written"]
 
 _JSONL_SUFFIXES = (".jsonl", ".ndjson", ".jsonlines")
+_COMPRESSED: dict[str, Callable[..., IO[str]]] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+#: What reading a compressed file may raise when its content is not what its name says, or is cut short.
+READ_ERRORS = (OSError, EOFError, lzma.LZMAError)
 _BOM = "\ufeff"
 _VALUE = re.compile(r"[^ \t\n\r]")  # where the next JSON token starts
 _LINE_REST = re.compile(r"[^ \t\r]")  # what follows a value on its line
@@ -70,7 +84,7 @@ def read_records(stream: IO[str], source: str) -> Iterator[Record]:
     text may hold U+2028 and other characters that :meth:`str.splitlines`
     breaks lines at). Otherwise values are read one after another, and reading
     stops where the text breaks."""
-    if source.lower().endswith(_JSONL_SUFFIXES):
+    if _uncompressed_name(source).endswith(_JSONL_SUFFIXES):
         yield from _json_lines(_without_bom(stream), source, first_line=1)
         return
     text = _Text(stream)
@@ -88,6 +102,88 @@ def read_records(stream: IO[str], source: str) -> Iterator[Record]:
             yield from _json_lines(text.following_lines(), source, first_line=start + 1)
             return
         first = False
+
+
+def open_text(path: str) -> IO[str]:
+    """The file at ``path`` as UTF-8 text, decompressed if its name says so."""
+    opener = _COMPRESSED.get(Path(path).suffix.lower())
+    if opener is None:
+        return open(path, encoding="utf-8")
+    return opener(path, "rt", encoding="utf-8")
+
+
+@contextmanager
+def written(path: str) -> Iterator[IO[str]]:
+    """UTF-8 text to write to ``path`` (compressed if its name says so).
+
+    A file appears only whole: it is written under a temporary name in the
+    same directory, flushed to disk, and renamed over ``path`` at the end,
+    with the permissions ``open`` would have given it. If writing fails or is
+    interrupted, ``path`` is left as it was, so an export that stopped
+    half-way cannot pass for a complete one. Anything else at ``path`` (a
+    pipe, ``/dev/stdout``) is written to as it is."""
+    if Path(path).exists() and not Path(path).is_file():
+        with open(path, "wb") as raw, _text(raw, Path(path).name) as stream:
+            yield stream
+        return
+    target = Path(os.path.realpath(path))  # a link's file is replaced, not the link
+    mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_umask()
+    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+    try:
+        with open(fd, "wb") as raw:
+            with _text(raw, target.name) as stream:
+                yield stream
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.chmod(temporary, mode)
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    if os.name == "posix":  # the rename too is on disk
+        directory = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+
+@contextmanager
+def _text(raw: io.BufferedWriter, name: str) -> Iterator[IO[str]]:
+    """Text written to ``raw``, compressed as ``name`` says; ``raw`` stays open."""
+    with _compressing(raw, name) as binary:
+        stream = io.TextIOWrapper(binary, encoding="utf-8", newline="\n")
+        try:
+            yield stream
+        finally:
+            stream.detach()  # flushed; closing is the compressor's
+
+
+def _compressing(
+    raw: io.BufferedWriter, name: str
+) -> AbstractContextManager[gzip.GzipFile | bz2.BZ2File | lzma.LZMAFile | io.BufferedWriter]:
+    """A context giving the binary stream to write ``name``'s bytes to; it leaves ``raw`` open."""
+    suffix = Path(name).suffix.lower()
+    if suffix == ".gz":
+        return gzip.GzipFile(filename=name, mode="wb", fileobj=raw)
+    if suffix == ".bz2":
+        return bz2.BZ2File(raw, "wb")
+    if suffix == ".xz":
+        return lzma.LZMAFile(raw, "wb")
+    return nullcontext(raw)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _uncompressed_name(source: str) -> str:
+    name = source.lower()
+    for suffix in _COMPRESSED:
+        name = name.removesuffix(suffix)
+    return name
 
 
 class _Broken(Exception):

@@ -160,6 +160,19 @@ def test_import_of_a_cut_list_keeps_the_chats_before_the_cut(run: Run, tmp_path:
     ]
 
 
+def test_export_and_import_compressed_files(run: Run, tmp_path: Path) -> None:
+    run("db", "upgrade")
+    run("import", "-", stdin=json.dumps(DOC))
+    run("export", "-o", str(tmp_path / "chats.jsonl.gz"))
+    run("rm", "doc-1")
+    run("import", str(tmp_path / "chats.jsonl.gz"))
+    assert json.loads(run("export").stdout)["chat_id"] == "doc-1"
+    not_gzip = write(tmp_path / "plain.json.gz", json.dumps(DOC))
+    result = run("import", not_gzip, expect=1)
+    assert f"{not_gzip}:0: cannot be read: Not a gzipped file" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_strict_import_is_all_or_nothing(run: Run, tmp_path: Path) -> None:
     run("db", "upgrade")
     path = write(

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
+import os
+import stat
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chatarchive import _jsonio
-from chatarchive._jsonio import read_records
+from chatarchive._jsonio import open_text, read_records, written
 from tests.strategies import json_values, text
 
 DOC = {"chat_id": "c", "messages": [{"role": "user", "content": "hi"}]}
@@ -213,3 +216,69 @@ def test_a_number_cut_across_reads_is_read_whole(piece: int) -> None:
     with patch.object(_jsonio, "_PIECE", piece), patch.object(_jsonio, "_READ", 1):
         assert [value for _, value, _ in records("[12345, -6.5e3, true]", "x.json")] == [12345, -6500.0, True]
         assert records("12345", "x.json") == [(1, 12345, None)]
+
+
+@pytest.mark.parametrize("name", ["chats.jsonl", "chats.jsonl.gz", "chats.json.bz2", "chats.jsonl.xz"])
+def test_files_are_written_and_read_compressed_as_their_names_say(tmp_path: Path, name: str) -> None:
+    path = str(tmp_path / name)
+    with written(path) as stream:
+        stream.write(
+            json.dumps(DOC) + "\n" + json.dumps({**DOC, "chat_id": "é\u2028"}, ensure_ascii=False) + "\n"
+        )
+    with open_text(path) as stream:
+        assert [record.value for record in read_records(stream, path)] == [DOC, {**DOC, "chat_id": "é\u2028"}]
+    assert os.listdir(tmp_path) == [name]
+    if name.endswith(".gz"):
+        with gzip.open(path) as raw:  # a gzip file as any tool reads it
+            assert raw.read().startswith(b'{"chat_id"')
+        header = Path(path).read_bytes()[10:30]  # the name gunzip -N restores: not the temporary one
+        assert header.startswith(b"chats.jsonl\x00")
+
+
+def test_a_file_appears_only_whole(tmp_path: Path) -> None:
+    path = tmp_path / "export.jsonl"
+    path.write_text("the last complete export\n")
+    path.chmod(0o640)
+
+    def interrupted() -> None:
+        with written(str(path)) as stream:
+            stream.write(json.dumps(DOC) + "\n")
+            raise KeyboardInterrupt  # Ctrl-C half-way
+
+    with pytest.raises(KeyboardInterrupt):
+        interrupted()
+    assert path.read_text() == "the last complete export\n"
+    assert os.listdir(tmp_path) == ["export.jsonl"]  # no temporary file left
+    with written(str(path)) as stream:
+        stream.write("new\n")
+    assert path.read_text() == "new\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640  # as open() would have kept it
+    new = tmp_path / "new.jsonl"
+    with written(str(new)) as stream:
+        stream.write("x\n")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(new.stat().st_mode) == 0o666 & ~umask
+
+
+def test_a_link_keeps_pointing_at_the_file_written(tmp_path: Path) -> None:
+    (tmp_path / "real.jsonl").write_text("old\n")
+    link = tmp_path / "latest.jsonl"
+    link.symlink_to("real.jsonl")
+    with written(str(link)) as stream:
+        stream.write("new\n")
+    assert link.is_symlink()
+    assert (tmp_path / "real.jsonl").read_text() == "new\n"
+
+
+def test_a_pipe_is_written_to_as_it_is(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with written(str(fifo)) as stream:
+            stream.write("through the pipe\n")
+        assert os.read(reader, 100) == b"through the pipe\n"
+    finally:
+        os.close(reader)
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
