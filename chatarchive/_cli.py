@@ -21,7 +21,15 @@ from typing import Any, NoReturn
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    TaskProgressColumn,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -292,11 +300,12 @@ def import_(
 
     A file may hold one record, a list of records (read one at a time, so
     memory does not grow with the file), JSON Lines of them, or records one
-    after another (jq output); a record is a chat document, a bare OpenAI message list (one chat), a
-    Masterbrain ChatDoc, a Malevich message list, a ShareGPT record, or a
-    ChatGPT conversation (conversations.json). Chats already stored with the
-    same chat_id are replaced. Bad records are reported with file and line;
-    the good ones are kept (unless --strict).
+    after another (jq output); a record is a chat document, a bare OpenAI
+    message list (one chat), a Masterbrain ChatDoc, a Malevich message list, a
+    ShareGPT record, or a ChatGPT conversation (conversations.json; from the
+    export's zip: unzip -p export.zip conversations.json | chatarchive import -).
+    Chats already stored with the same chat_id are replaced. Bad records are
+    reported with file and line; the good ones are kept (unless --strict).
     """
     if writers > 1 and (strict or bulk):
         raise click.UsageError("--writers takes one transaction per batch: not with --strict or --bulk")
@@ -318,10 +327,9 @@ def import_(
     def on_error(index: int, error: ChatArchiveError) -> None:
         report(in_flight.get(index, "?"), error)
 
-    def documents(advance: Callable[[], None]) -> Iterator[ChatDocument]:
+    def documents(moved: Callable[[int, int], None]) -> Iterator[ChatDocument]:
         positions = count()
-        for record in _records(paths):
-            advance()
+        for record in _records(paths, moved):
             try:
                 document = _document(record, fmt)
             except ChatArchiveError as exc:
@@ -332,16 +340,18 @@ def import_(
                 del in_flight[next(iter(in_flight))]
             yield document
 
+    # The files' sizes, for the progress bar; a missing file is reported before anything is written.
+    total = None if "-" in paths else sum(os.stat(path).st_size for path in paths)
     try:
-        with _progress() as advance:
+        with _progress(total) as moved:
             if strict:
                 with archive.transaction() as repository:
                     imported = repository.save_many(
-                        documents(advance), batch_size=batch_size, bulk=bulk, on_error=on_error
+                        documents(moved), batch_size=batch_size, bulk=bulk, on_error=on_error
                     )
             else:
                 imported = archive.save_many(
-                    documents(advance), batch_size=batch_size, bulk=bulk, on_error=on_error, writers=writers
+                    documents(moved), batch_size=batch_size, bulk=bulk, on_error=on_error, writers=writers
                 )
     except KeyboardInterrupt:
         if strict or bulk:
@@ -358,18 +368,26 @@ def import_(
         sys.exit(1)
 
 
-def _records(paths: tuple[str, ...]) -> Iterator[Record]:
+def _records(paths: tuple[str, ...], moved: Callable[[int, int], None]) -> Iterator[Record]:
+    """The records of every input; ``moved`` is told, after each, how many
+    there were so far and how many bytes of the files are read."""
+    records, done = count(1), 0
     for path in paths:
         if path == "-":
-            yield from read_records(sys.stdin, "<stdin>")
-        else:
-            with open_text(path) as stream:
-                try:
-                    yield from read_records(stream, path)
-                except UnicodeDecodeError as exc:
-                    yield Record(path, 0, error=f"not UTF-8 text ({exc.reason} at byte {exc.start})")
-                except READ_ERRORS as exc:
-                    yield Record(path, 0, error=f"cannot be read: {exc}")
+            for record in read_records(sys.stdin, "<stdin>"):
+                moved(next(records), 0)
+                yield record
+            continue
+        with open(path, "rb") as raw, open_text(raw, path) as stream:
+            try:
+                for record in read_records(stream, path):
+                    moved(next(records), done + raw.tell())
+                    yield record
+            except UnicodeDecodeError as exc:
+                yield Record(path, 0, error=f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+            except READ_ERRORS as exc:
+                yield Record(path, 0, error=f"cannot be read: {exc}")
+            done += raw.tell()
 
 
 def _document(record: Record, fmt: str = "auto") -> ChatDocument:
@@ -383,18 +401,18 @@ class _RecordError(ChatArchiveError):
 
 
 @contextmanager
-def _progress() -> Iterator[Callable[[], None]]:
+def _progress(total: int | None) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on standard error: of the bytes read when the input's
+    size is known (files), with the time left; else a count."""
+    columns: list[ProgressColumn] = [SpinnerColumn(), TextColumn("importing"), BarColumn()]
+    if total is not None:
+        columns += [TaskProgressColumn(), TimeRemainingColumn()]
     progress = Progress(
-        SpinnerColumn(),
-        TextColumn("importing"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        console=_stderr,
-        transient=True,
+        *columns, TextColumn("{task.fields[records]} records"), console=_stderr, transient=True
     )
     with progress:
-        task = progress.add_task("import", total=None)
-        yield lambda: progress.update(task, advance=1)
+        task = progress.add_task("import", total=total, records=0)
+        yield lambda records, position: progress.update(task, completed=position, records=records)
 
 
 @main.command("export")

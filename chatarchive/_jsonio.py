@@ -24,16 +24,16 @@ import lzma
 import os
 import re
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO, Literal
 
 __all__ = ["READ_ERRORS", "Record", "is_message_list", "open_text", "read_records", "written"]
 
 _JSONL_SUFFIXES = (".jsonl", ".ndjson", ".jsonlines")
-_COMPRESSED: dict[str, Callable[..., IO[str]]] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+_COMPRESSED = (".gz", ".bz2", ".xz")
 #: What reading a compressed file may raise when its content is not what its name says, or is cut short.
 READ_ERRORS = (OSError, EOFError, lzma.LZMAError)
 _BOM = "\ufeff"
@@ -104,12 +104,10 @@ def read_records(stream: IO[str], source: str) -> Iterator[Record]:
         first = False
 
 
-def open_text(path: str) -> IO[str]:
-    """The file at ``path`` as UTF-8 text, decompressed if its name says so."""
-    opener = _COMPRESSED.get(Path(path).suffix.lower())
-    if opener is None:
-        return open(path, encoding="utf-8")
-    return opener(path, "rt", encoding="utf-8")
+def open_text(raw: BinaryIO, name: str) -> IO[str]:
+    """The bytes of ``raw`` (a file opened to read bytes, which its opener
+    closes) as UTF-8 text, decompressed if ``name`` says so."""
+    return io.TextIOWrapper(_compression(raw, name, "rb") or raw, encoding="utf-8")
 
 
 @contextmanager
@@ -149,28 +147,30 @@ def written(path: str) -> Iterator[IO[str]]:
 
 
 @contextmanager
-def _text(raw: io.BufferedWriter, name: str) -> Iterator[IO[str]]:
+def _text(raw: BinaryIO, name: str) -> Iterator[IO[str]]:
     """Text written to ``raw``, compressed as ``name`` says; ``raw`` stays open."""
-    with _compressing(raw, name) as binary:
-        stream = io.TextIOWrapper(binary, encoding="utf-8", newline="\n")
+    compressed = _compression(raw, name, "wb")
+    with compressed or nullcontext():
+        stream = io.TextIOWrapper(compressed or raw, encoding="utf-8", newline="\n")
         try:
             yield stream
         finally:
-            stream.detach()  # flushed; closing is the compressor's
+            stream.detach()  # flushed; the compressed stream ends as the with block closes it
 
 
-def _compressing(
-    raw: io.BufferedWriter, name: str
-) -> AbstractContextManager[gzip.GzipFile | bz2.BZ2File | lzma.LZMAFile | io.BufferedWriter]:
-    """A context giving the binary stream to write ``name``'s bytes to; it leaves ``raw`` open."""
+def _compression(
+    raw: BinaryIO, name: str, mode: Literal["rb", "wb"]
+) -> gzip.GzipFile | bz2.BZ2File | lzma.LZMAFile | None:
+    """What (de)compresses ``raw`` as ``name``'s suffix says (None: plain
+    text); closing it leaves ``raw`` open."""
     suffix = Path(name).suffix.lower()
     if suffix == ".gz":
-        return gzip.GzipFile(filename=name, mode="wb", fileobj=raw)
+        return gzip.GzipFile(filename=name, mode=mode, fileobj=raw)
     if suffix == ".bz2":
-        return bz2.BZ2File(raw, "wb")
+        return bz2.BZ2File(raw, mode)
     if suffix == ".xz":
-        return lzma.LZMAFile(raw, "wb")
-    return nullcontext(raw)
+        return lzma.LZMAFile(raw, mode)
+    return None
 
 
 def _umask() -> int:

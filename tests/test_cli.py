@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import signal
@@ -171,6 +172,14 @@ def test_export_and_import_compressed_files(run: Run, tmp_path: Path) -> None:
     result = run("import", not_gzip, expect=1)
     assert f"{not_gzip}:0: cannot be read: Not a gzipped file" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_missing_file_stops_the_import_before_it_writes(run: Run, tmp_path: Path) -> None:
+    run("db", "upgrade")
+    good = write(tmp_path / "good.json", json.dumps(DOC))
+    result = run("import", good, str(tmp_path / "typo.json"), expect=1)
+    assert "typo.json: No such file or directory" in result.stderr
+    assert run("export").stdout == ""
 
 
 def test_strict_import_is_all_or_nothing(run: Run, tmp_path: Path) -> None:
@@ -560,3 +569,22 @@ def test_alembic_loads_only_for_schema_commands() -> None:
     assert "'sqlalchemy'" in loaded
     assert "'alembic'" not in loaded
     assert "'mako'" not in loaded
+
+
+def test_import_progress_counts_the_bytes_read(tmp_path: Path) -> None:
+    from chatarchive._cli import _records
+
+    chats = [{**DOC, "chat_id": f"chat-{n}", "pad": "x" * 400_000} for n in range(30)]
+    plain = write(tmp_path / "chats.json", json.dumps(chats))
+    packed = tmp_path / "more.jsonl.gz"
+    with gzip.open(packed, "wt", encoding="utf-8") as stream:
+        stream.write("".join(json.dumps(chat) + "\n" for chat in chats))
+    total = Path(plain).stat().st_size + packed.stat().st_size
+    moves: list[tuple[int, int]] = []
+    records = list(_records((plain, str(packed)), lambda count, position: moves.append((count, position))))
+    assert len(records) == len(moves) == 60
+    assert [count for count, _ in moves] == list(range(1, 61))
+    positions = [position for _, position in moves]
+    assert positions == sorted(positions)
+    assert positions[0] < total / 4  # read as it goes, not whole first
+    assert Path(plain).stat().st_size <= positions[30] <= total

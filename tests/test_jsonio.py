@@ -225,12 +225,12 @@ def test_files_are_written_and_read_compressed_as_their_names_say(tmp_path: Path
         stream.write(
             json.dumps(DOC) + "\n" + json.dumps({**DOC, "chat_id": "é\u2028"}, ensure_ascii=False) + "\n"
         )
-    with open_text(path) as stream:
+    with open(path, "rb") as raw, open_text(raw, path) as stream:
         assert [record.value for record in read_records(stream, path)] == [DOC, {**DOC, "chat_id": "é\u2028"}]
     assert os.listdir(tmp_path) == [name]
     if name.endswith(".gz"):
-        with gzip.open(path) as raw:  # a gzip file as any tool reads it
-            assert raw.read().startswith(b'{"chat_id"')
+        with gzip.open(path) as unzipped:  # a gzip file as any tool reads it
+            assert unzipped.read().startswith(b'{"chat_id"')
         header = Path(path).read_bytes()[10:30]  # the name gunzip -N restores: not the temporary one
         assert header.startswith(b"chats.jsonl\x00")
 
