@@ -27,6 +27,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from itertools import count
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Literal
 
@@ -49,16 +50,20 @@ _decoder = json.JSONDecoder()
 
 @dataclass(frozen=True)
 class Record:
-    """One JSON value read from ``source`` at ``line``, or the reason it could not be read."""
+    """One JSON value read from ``source`` at ``line`` (``index``: the
+    item of a list it is), or the reason it could not be read."""
 
     source: str
     line: int
     value: Any = None
     error: str | None = None
+    index: int | None = None
 
     @property
     def where(self) -> str:
-        return f"{self.source}:{self.line}"
+        """``file:line``, and for a list's item its path as jq writes it
+        (``conversations.json:1 .[57]``): a list on one line has no other name."""
+        return f"{self.source}:{self.line}" + ("" if self.index is None else f" .[{self.index}]")
 
 
 def is_message_list(value: object) -> bool:
@@ -337,8 +342,8 @@ def _items(text: _Text, source: str) -> Iterator[Record]:
     if text.next_char() == "]":
         text.pos += 1
         return
-    while True:
-        yield Record(source, text.line(), text.value())
+    for index in count():
+        yield Record(source, text.line(), text.value(), index=index)
         separator = text.next_char()
         text.pos += 1
         if separator == "]":
@@ -371,6 +376,6 @@ def _json_lines(lines: Iterable[str], source: str, *, first_line: int) -> Iterat
             yield Record(source, number, error=f"invalid JSON: {reason} (column {exc.colno})")
             continue
         if isinstance(value, list) and not is_message_list(value):
-            yield from (Record(source, number, item) for item in value)
+            yield from (Record(source, number, item, index=index) for index, item in enumerate(value))
         else:
             yield Record(source, number, value)

@@ -282,3 +282,17 @@ def test_a_pipe_is_written_to_as_it_is(tmp_path: Path) -> None:
     finally:
         os.close(reader)
     assert stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+def test_a_lists_items_are_named_by_their_place() -> None:
+    # conversations.json is one line: the line alone does not say which chat failed.
+    def where(text: str, source: str) -> list[str]:
+        return [record.where for record in read_records(io.StringIO(text), source)]
+
+    assert where(json.dumps([DOC, DOC]), "c.json") == ["c.json:1 .[0]", "c.json:1 .[1]"]
+    assert where(json.dumps([DOC, DOC], indent=2), "c.json") == ["c.json:2 .[0]", "c.json:11 .[1]"]
+    assert where(json.dumps(DOC) + "\n" + json.dumps([DOC]) + "\n", "c.jsonl") == [
+        "c.jsonl:1",
+        "c.jsonl:2 .[0]",
+    ]
+    assert where(json.dumps(DOC["messages"]), "chat.json") == ["chat.json:1"]  # one chat, not a list of them
