@@ -40,6 +40,7 @@ READ_ERRORS = (OSError, EOFError, lzma.LZMAError)
 _BOM = "\ufeff"
 _VALUE = re.compile(r"[^ \t\n\r]")  # where the next JSON token starts
 _LINE_REST = re.compile(r"[^ \t\r]")  # what follows a value on its line
+_NEWLINE = re.compile("\n")
 _READ = 1 << 16  # characters to add at least when a value runs past what is read
 _PIECE = 1 << 20  # a line is read in pieces of at most this many characters
 # A value that fails this close to the end of what is read may only be cut short
@@ -247,14 +248,22 @@ class _Text:
         self.text = "".join(pieces)
         return added > 0
 
-    def next_char(self) -> str:
-        """The character the next token starts with ("" at the end); ``pos`` moves to it."""
-        while (found := _VALUE.search(self.text, self.pos)) is None:
+    def find(self, pattern: re.Pattern[str]) -> int | None:
+        """Where ``pattern`` next matches from ``pos``, reading on as needed
+        (``pos`` moves to the end of what is read); None: nowhere before the end."""
+        while (found := pattern.search(self.text, self.pos)) is None:
             self.pos = len(self.text)
             if not self.read(1):
-                return ""
-        self.pos = found.start()
-        return self.text[self.pos]
+                return None
+        return found.start()
+
+    def next_char(self) -> str:
+        """The character the next token starts with ("" at the end); ``pos`` moves to it."""
+        found = self.find(_VALUE)
+        if found is None:
+            return ""
+        self.pos = found
+        return self.text[found]
 
     def value(self) -> Any:
         """The JSON value at ``pos``, read on as far as it goes."""
@@ -283,20 +292,18 @@ class _Text:
         Lines); after a longer one, the next value may start on the same line."""
         if self.line() != start:
             return
-        while (found := _LINE_REST.search(self.text, self.pos)) is None:
-            self.pos = len(self.text)
-            if not self.read(1):
-                return
-        if self.text[found.start()] != "\n":
-            raise self.broken("Extra data", found.start())
-        self.pos = found.start()
+        found = self.find(_LINE_REST)
+        if found is None:
+            return
+        if self.text[found] != "\n":
+            raise self.broken("Extra data", found)
+        self.pos = found
 
     def following_lines(self) -> Iterator[str]:
         """The lines after the one ``pos`` is on: the rest of the window, then the stream's."""
-        while (newline := self.text.find("\n", self.pos)) < 0:
-            self.pos = len(self.text)
-            if not self.read(1):
-                return
+        newline = self.find(_NEWLINE)
+        if newline is None:
+            return
         rest, self.text, self.pos = self.text[newline + 1 :], "", 0
         partial = ""
         for line in io.StringIO(rest, newline="\n"):
