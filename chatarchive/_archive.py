@@ -431,12 +431,14 @@ class ChatArchive:
         self,
         *,
         user_id: str | None = None,
+        model: str | None = None,
+        tag: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
         batch_size: int = 100,
     ) -> Iterator[ChatDocument]:
-        """Every chat (or every chat of one user, or those last updated from
-        ``since`` on and before ``until``) in ``chat_id`` order, read
+        """Every chat, or those that pass the filters of :meth:`list_chats`
+        (``since`` / ``until`` bound ``updated_at``), in ``chat_id`` order, read
         ``batch_size`` chats per transaction so no transaction stays open
         between batches. ``until=cutoff`` exports what
         :meth:`delete_older_than` would delete."""
@@ -447,6 +449,8 @@ class ChatArchive:
                 partial(
                     ChatRepository.chat_ids,
                     user_id=user_id,
+                    model=model,
+                    tag=tag,
                     since=since,
                     until=until,
                     after=after,

@@ -178,19 +178,25 @@ class AsyncChatRepository:
         self,
         *,
         user_id: str | None = None,
+        model: str | None = None,
+        tag: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
         after: str | None = None,
         limit: int = 100,
     ) -> list[str]:
         return await self._run(
-            lambda repo: repo.chat_ids(user_id=user_id, since=since, until=until, after=after, limit=limit)
+            lambda repo: repo.chat_ids(
+                user_id=user_id, model=model, tag=tag, since=since, until=until, after=after, limit=limit
+            )
         )
 
     async def export(
         self,
         *,
         user_id: str | None = None,
+        model: str | None = None,
+        tag: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
         batch_size: int = 100,
@@ -198,7 +204,7 @@ class AsyncChatRepository:
         require_at_least_one(batch_size, "batch_size")
         after: str | None = None
         while batch := await self.chat_ids(
-            user_id=user_id, since=since, until=until, after=after, limit=batch_size
+            user_id=user_id, model=model, tag=tag, since=since, until=until, after=after, limit=batch_size
         ):
             for document in await self.get_many(batch):
                 yield document
@@ -522,6 +528,8 @@ class AsyncChatArchive:
         self,
         *,
         user_id: str | None = None,
+        model: str | None = None,
+        tag: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
         batch_size: int = 100,
@@ -533,6 +541,8 @@ class AsyncChatArchive:
             partial(
                 ChatRepository.chat_ids,
                 user_id=user_id,
+                model=model,
+                tag=tag,
                 since=since,
                 until=until,
                 after=after,

@@ -79,6 +79,21 @@ def _before_options(command: Callable[..., None]) -> Callable[..., None]:
     )(command)
 
 
+def _chat_filter_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The chat filters of ``ls`` and ``export`` (those of ``list_chats`` and ``export``)."""
+    command = _before_options(command)
+    for option in (
+        click.option(
+            "--since", type=_moment, help="Chats last updated from this day or time on (UTC if no offset)."
+        ),
+        click.option("--tag", help="Only chats with this tag."),
+        click.option("--model", help="Only chats with this chosen model."),
+        click.option("--user", "user_id", help="Only this user's chats."),
+    ):
+        command = option(command)
+    return command
+
+
 def _before(before: datetime | None, older_than: datetime | None) -> datetime | None:
     if before is not None and older_than is not None:
         raise click.UsageError("give --before or --older-than, not both")
@@ -416,7 +431,7 @@ def _progress(total: int | None) -> Iterator[Callable[[int, int], None]]:
 
 
 @main.command("export")
-@click.option("--user", "user_id", help="Only this user's chats.")
+@_chat_filter_options
 @click.option(
     "--format",
     "fmt",
@@ -429,12 +444,14 @@ def _progress(total: int | None) -> Iterator[Callable[[int, int], None]]:
 @click.option(
     "--min-score", type=float, help="openai-finetune: chats whose mean feedback score is at least this."
 )
-@click.option("--model", help="openai-finetune: only chats of this model.")
-@click.option("--since", type=_moment, help="openai-finetune: only chats created from then on.")
+@click.option(
+    "--created-since",
+    type=_moment,
+    help="openai-finetune: only chats whose document was created from then on (UTC if no offset).",
+)
 @click.option(
     "--exclude-role", "exclude_roles", multiple=True, help="openai-finetune: leave out messages of this role."
 )
-@_before_options
 @click.option(
     "-o",
     "--output",
@@ -443,23 +460,31 @@ def _progress(total: int | None) -> Iterator[Callable[[int, int], None]]:
 )
 def export(
     user_id: str | None,
-    fmt: str,
-    min_score: float | None,
     model: str | None,
+    tag: str | None,
     since: datetime | None,
-    exclude_roles: tuple[str, ...],
     before: datetime | None,
     older_than: datetime | None,
+    fmt: str,
+    min_score: float | None,
+    created_since: datetime | None,
+    exclude_roles: tuple[str, ...],
     output: str | None,
 ) -> None:
-    """Write chats as JSON Lines, one chat per line, streamed (--before or
-    --older-than: what 'rm' with the same option would delete)."""
+    """Write chats as JSON Lines, one chat per line, streamed, in chat_id order
+    (--before or --older-than: what 'rm' with the same option would delete)."""
+    if fmt != "openai-finetune":
+        given = {"--min-score": min_score, "--created-since": created_since, "--exclude-role": exclude_roles}
+        if misplaced := [name for name, value in given.items() if value not in (None, ())]:
+            raise click.UsageError(f"{', '.join(misplaced)}: only with --format openai-finetune")
     archive = _state().archive
-    documents = archive.export(user_id=user_id, until=_before(before, older_than))
+    documents = archive.export(
+        user_id=user_id, model=model, tag=tag, since=since, until=_before(before, older_than)
+    )
     with nullcontext(sys.stdout) if output is None else written(output) as stream:
         if fmt == "openai-finetune":
             selection = Selection()
-            filters = Filters(min_score=min_score, model=model, since=since, exclude_roles=exclude_roles)
+            filters = Filters(min_score=min_score, since=created_since, exclude_roles=exclude_roles)
             for line in select(documents, filters, selection):
                 stream.write(json.dumps(line, ensure_ascii=False) + "\n")
             skipped = ", ".join(f"{count} ({reason})" for reason, count in sorted(selection.skipped.items()))
@@ -473,11 +498,7 @@ def export(
 
 
 @main.command("ls")
-@click.option("--user", "user_id", help="Only this user's chats.")
-@click.option("--model", help="Only chats with this chosen model.")
-@click.option("--tag", help="Only chats with this tag.")
-@click.option("--since", type=_moment, help="Chats last updated from this day or time on (UTC if no offset).")
-@_before_options
+@_chat_filter_options
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1), help="How many chats.")
 @click.option("--json", "as_json", is_flag=True, help="Print the chats' summaries as JSON.")
 def ls(

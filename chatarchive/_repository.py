@@ -700,17 +700,7 @@ class ChatRepository:
             chats.c.message_count,
             chats.c.version,
         )
-        if user_id is not None:
-            query = query.where(chats.c.user_id == user_id)
-        if model is not None:
-            query = query.where(chats.c.model == model)
-        if tag is not None:
-            query = query.where(
-                select(chat_tags.c.chat_id)
-                .where(chat_tags.c.chat_id == chats.c.chat_id, chat_tags.c.tag == tag)
-                .exists()
-            )
-        query = _updated_between(query, since, until)
+        query = _chats_where(query, user_id=user_id, model=model, tag=tag, since=since, until=until)
         if cursor is not None:
             after_time, after_id = _decode_cursor(cursor)
             query = query.where(
@@ -769,18 +759,21 @@ class ChatRepository:
         self,
         *,
         user_id: str | None = None,
+        model: str | None = None,
+        tag: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
         batch_size: int = 100,
     ) -> Iterator[ChatDocument]:
-        """Every stored chat (or every chat of one user, or those whose
-        ``updated_at`` is from ``since`` on and before ``until``, as in
-        :meth:`list_chats`), in ``chat_id`` order, loaded ``batch_size`` chats
-        at a time."""
+        """Every stored chat, or those that pass the filters of
+        :meth:`list_chats` (``since`` / ``until`` bound ``updated_at``), in
+        ``chat_id`` order, loaded ``batch_size`` chats at a time."""
         require_at_least_one(batch_size, "batch_size")
         after: str | None = None
         while True:
-            batch = self.chat_ids(user_id=user_id, since=since, until=until, after=after, limit=batch_size)
+            batch = self.chat_ids(
+                user_id=user_id, model=model, tag=tag, since=since, until=until, after=after, limit=batch_size
+            )
             if not batch:
                 return
             yield from self.get_many(batch)
@@ -790,22 +783,28 @@ class ChatRepository:
         self,
         *,
         user_id: str | None = None,
+        model: str | None = None,
+        tag: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
         after: str | None = None,
         limit: int = 100,
     ) -> list[str]:
-        """Chat ids in ascending order, ``limit`` at a time after ``after``
-        (``since`` / ``until`` bound ``updated_at`` as in :meth:`list_chats`)."""
+        """Chat ids in ascending order, ``limit`` at a time after ``after``,
+        of the chats that pass the filters of :meth:`list_chats`."""
         require_at_least_one(limit, "limit")
         since, until = optional_moment(since, "since"), optional_moment(until, "until")
         user_id = scoped_user(self._user_id, user_id)
         if user_id is NOBODY:
             return []
-        query = select(chats.c.chat_id).order_by(chats.c.chat_id).limit(limit)
-        if user_id is not None:
-            query = query.where(chats.c.user_id == user_id)
-        query = _updated_between(query, since, until)
+        query = _chats_where(
+            select(chats.c.chat_id).order_by(chats.c.chat_id).limit(limit),
+            user_id=user_id,
+            model=model,
+            tag=tag,
+            since=since,
+            until=until,
+        )
         if after is not None:
             query = query.where(chats.c.chat_id > after)
         with self._read():
@@ -1069,8 +1068,28 @@ def _fetch_all(
         ) from exc
 
 
-def _updated_between(query: Any, since: datetime | None, until: datetime | None) -> Any:
-    """Only the chats whose ``updated_at`` is from ``since`` on and before ``until``."""
+def _chats_where(
+    query: Any,
+    *,
+    user_id: str | None,
+    model: str | None,
+    tag: str | None,
+    since: datetime | None,
+    until: datetime | None,
+) -> Any:
+    """Only the chats of ``user_id``, with the chosen ``model``, tagged ``tag``,
+    whose ``updated_at`` is from ``since`` on and before ``until`` (each filter
+    that is not None)."""
+    if user_id is not None:
+        query = query.where(chats.c.user_id == user_id)
+    if model is not None:
+        query = query.where(chats.c.model == model)
+    if tag is not None:
+        query = query.where(
+            select(chat_tags.c.chat_id)
+            .where(chat_tags.c.chat_id == chats.c.chat_id, chat_tags.c.tag == tag)
+            .exists()
+        )
     if since is not None:
         query = query.where(chats.c.updated_at >= since)
     if until is not None:

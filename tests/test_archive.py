@@ -84,9 +84,26 @@ def test_export_streams_in_batches(
     archive: ChatArchive, async_engine: AsyncEngine, runner: asyncio.Runner
 ) -> None:
     for index in range(7):
-        archive.save(chat(f"c{index}", user_id="x" if index % 2 else "y"))
+        archive.save(
+            chat(
+                f"c{index}",
+                user_id="x" if index % 2 else "y",
+                model="m3" if index % 3 == 0 else None,
+                tags=["t"] if index > 2 else [],
+            )
+        )
     assert [d.chat_id for d in archive.export(batch_size=3)] == [f"c{i}" for i in range(7)]
     assert [d.chat_id for d in archive.export(user_id="x", batch_size=2)] == ["c1", "c3", "c5"]
+    assert [d.chat_id for d in archive.export(model="m3", tag="t", batch_size=1)] == ["c3", "c6"]
+
+    async def filtered_async() -> tuple[list[str], list[str]]:
+        async_archive = AsyncChatArchive(engine=async_engine)
+        outside = [doc.chat_id async for doc in async_archive.export(model="m3", user_id="y", batch_size=1)]
+        async with async_archive.transaction() as async_repository:
+            inside = [doc.chat_id async for doc in async_repository.export(tag="t", user_id="x")]
+        return outside, inside
+
+    assert runner.run(filtered_async()) == (["c0", "c6"], ["c3", "c5"])
     # Not an empty export.
     with pytest.raises(InvalidDocument, match="batch_size must be at least 1"):
         list(archive.export(batch_size=0))

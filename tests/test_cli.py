@@ -87,9 +87,15 @@ def test_db_commands(run: Run) -> None:
 
 def test_import_show_export_rm(run: Run, tmp_path: Path) -> None:
     run("db", "upgrade")
-    documents = write(
-        tmp_path / "docs.json", json.dumps([DOC, {**DOC, "chat_id": "doc-2", "user_id": "bob"}], indent=2)
-    )
+    doc_2 = {
+        **DOC,
+        "chat_id": "doc-2",
+        "user_id": "bob",
+        "model": "m2",
+        "tags": ["t"],
+        "updated_at": "2026-02-01",
+    }
+    documents = write(tmp_path / "docs.json", json.dumps([DOC, doc_2], indent=2))
     bare = write(tmp_path / "bare.json", json.dumps(DOC["messages"]))
     result = run("import", documents, bare)
     assert "imported 3 chats" in result.stderr
@@ -113,6 +119,18 @@ def test_import_show_export_rm(run: Run, tmp_path: Path) -> None:
         json.loads(line) for line in run("export", "--format", "openai", "--user", "bob").stdout.splitlines()
     ]
     assert openai == [DOC["messages"]]
+    # The filters of ls, for every format; the fine-tuning ones are refused elsewhere, not ignored.
+    by_model = run("export", "--model", "m2", "--format", "openai").stdout.splitlines()
+    assert [json.loads(line) for line in by_model] == openai
+    assert run("export", "--tag", "t", "--before", "2026-03-01").stdout.count("\n") == 1
+    since = [
+        json.loads(line)["chat_id"] for line in run("export", "--since", "2026-03-01").stdout.splitlines()
+    ]
+    assert len(since) == 2
+    assert "doc-1" in since  # and the bare message list's chat, both saved now
+    assert "doc-2" not in since
+    refused = run("export", "--min-score", "1", "--exclude-role", "system", expect=2).stderr
+    assert "--min-score, --exclude-role: only with --format openai-finetune" in refused
 
     out = tmp_path / "out.jsonl"
     run("export", "-o", str(out))

@@ -446,6 +446,11 @@ def test_the_cli_imports_and_exports_every_format(tmp_path: Any) -> None:
     )
     assert out.exit_code == 0
     assert "wrote" in out.output
+    future = ["--format", "openai-finetune", "--created-since", "2100-01-01", "--model", "nobody's"]
+    out = runner.invoke(main, ["--db", url, "export", *future])
+    assert (out.exit_code, out.output) == (0, "wrote 0 chats\n")  # --model is applied by the query
+    out = runner.invoke(main, ["--db", url, "export", *future[:4]])
+    assert out.output.startswith("wrote 0 chats; skipped 4 (too old)")
     for fmt in ("malevich", "chatgpt", "openai", "canonical"):
         assert runner.invoke(main, ["--db", url, "export", "--format", fmt]).exit_code == 0
     forced = tmp_path / "forced.json"

@@ -467,7 +467,11 @@ def test_get_many_and_export(repo: ChatRepository) -> None:
     for index in range(5):
         repo.save(
             tool_chat(
-                f"c{index}", user_id="alice" if index < 3 else "bob", updated_at=T0 + timedelta(hours=index)
+                f"c{index}",
+                user_id="alice" if index < 3 else "bob",
+                model="m1" if index % 2 else "m2",
+                tags=["even"] if index % 2 == 0 else [],
+                updated_at=T0 + timedelta(hours=index),
             )
         )
     assert [d.chat_id for d in repo.get_many(["c3", "nope", "c1", "c3"])] == ["c3", "c1"]
@@ -477,6 +481,11 @@ def test_get_many_and_export(repo: ChatRepository) -> None:
     window = repo.export(since=T0 + timedelta(hours=1), until=T0 + timedelta(hours=4), batch_size=2)
     assert [d.chat_id for d in window] == ["c1", "c2", "c3"]
     assert [d.chat_id for d in repo.export(user_id="alice", since=T0 + timedelta(hours=2))] == ["c2"]
+    # model and tag as in list_chats, combined with the others
+    assert [d.chat_id for d in repo.export(model="m1", batch_size=1)] == ["c1", "c3"]
+    assert [d.chat_id for d in repo.export(tag="even", until=T0 + timedelta(hours=4))] == ["c0", "c2"]
+    assert [d.chat_id for d in repo.export(model="m2", tag="even", user_id="bob")] == ["c4"]
+    assert list(repo.export(model="m3")) == []
     with pytest.raises(InvalidDocument, match="until must be a datetime"):
         list(repo.export(until="2026-01-01"))  # type: ignore[arg-type]
 
