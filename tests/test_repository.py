@@ -366,7 +366,10 @@ def test_delete_and_delete_user_remove_every_row(repo: ChatRepository, session: 
     for index in range(3):
         repo.save(
             tool_chat(
-                f"c{index}", user_id="alice" if index < 2 else "bob", tags=["t"], feedback=[{"score": 1}]
+                f"c{index}",
+                user_id="alice" if index < 2 else "bob",
+                tags=["t"],
+                feedback=[{"score": 1}, {"id": f"by-alice-{index}", "user_id": "alice", "score": 0}],
             )
         )
     repo.delete("c0")
@@ -377,6 +380,9 @@ def test_delete_and_delete_user_remove_every_row(repo: ChatRepository, session: 
     assert repo.delete_user("alice") == 1
     assert repo.delete_user("alice") == 0
     assert counts(session)["messages"] == 5
+    # What alice said about bob's chat is part of bob's chat (README, Tenants and erasure).
+    given = "SELECT chat_id, id, created_at FROM feedback WHERE user_id = 'alice'"
+    assert [tuple(row[:2]) for row in session.execute(text(given))] == [("c2", "by-alice-2")]
     assert repo.delete_user("bob") == 1
     assert set(counts(session).values()) == {0}
 
