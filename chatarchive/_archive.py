@@ -34,7 +34,7 @@ from ._ingest import (
     prepared_batches,
     split_by_chat,
 )
-from ._repository import ChatChanges, ChatRepository, OnError, load_documents
+from ._repository import ChatChanges, ChatRepository, OnError, load_documents, requested_ids
 from ._schema import SCHEMA_REVISION, VERSION_TABLE
 from ._search import SearchHit, rebuild_search_index, search_index_of, set_search_index_on
 
@@ -312,7 +312,7 @@ class ChatArchive:
 
     def get_many(self, chat_ids: Iterable[str]) -> list[ChatDocument]:
         """Stored chats in the order asked, unknown ids skipped."""
-        wanted = list(dict.fromkeys(chat_ids))
+        wanted = requested_ids(chat_ids)
         if self._postgres and self._user_id is None and wanted:
             # One statement: no session needed (its bookkeeping cost ~0.1 ms a get).
             return self._read_on_connection(partial(load_documents, chat_ids=wanted, user_id=None))

@@ -92,6 +92,20 @@ def optional_moment(value: object, name: str) -> datetime | None:
     return None if value is None else require_moment(value, name)
 
 
+def require_text(value: object, name: str) -> str:
+    """Refuse an id or filter argument (``chat_id``, ``model``, ...) that is
+    not a string: PostgreSQL would compare it as text, SQLite as a number, and
+    the two archives would answer differently."""
+    if not isinstance(value, str):
+        raise InvalidDocument(f"{name} must be a string, not {type(value).__name__}", field=name)
+    return value
+
+
+def optional_text(value: object, name: str) -> str | None:
+    """:func:`require_text`, letting ``None`` (no filter) through."""
+    return None if value is None else require_text(value, name)
+
+
 def require_user_id(user_id: object) -> str:
     """Refuse a user id that names nobody: ``None`` or ``""`` would otherwise
     select every chat without a user (``delete_user``) or lift the scope

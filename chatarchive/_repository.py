@@ -50,8 +50,10 @@ from ._exceptions import (
     InvalidDocument,
     database_errors,
     optional_moment,
+    optional_text,
     require_at_least_one,
     require_moment,
+    require_text,
     require_user_id,
 )
 from ._ingest import PreparedBatch, consuming, prepared_batches, row_writer
@@ -126,6 +128,7 @@ NOBODY = "\x00nobody"
 def scoped_user(scope: str | None, user_id: str | None) -> str | None:
     """The user a read is about, for an archive scoped to ``scope`` (``None``:
     unscoped): the scope's own; :data:`NOBODY` when it asks about another user."""
+    optional_text(user_id, "user_id")
     if scope is None:
         return user_id
     if user_id is not None and user_id != scope:
@@ -432,6 +435,8 @@ class ChatRepository:
         Raises:
             InvalidDocument: unknown or completed message, or a bad chunk.
         """
+        require_text(chat_id, "chat_id")
+        require_text(message_uid, "message_uid")
         if not isinstance(chunk, str):
             raise InvalidDocument("a chunk is a string", chat_id=chat_id, field="chunk")
         # The chunk must be text the archive can hold (valid Unicode, within the limits).
@@ -478,6 +483,7 @@ class ChatRepository:
         Returns:
             The completed message.
         """
+        require_text(message_uid, "message_uid")
         now = _now()
         with self._write():
             current = self._lock(chat_id)
@@ -666,7 +672,7 @@ class ChatRepository:
     def get_many(self, chat_ids: Iterable[str]) -> list[ChatDocument]:
         """Stored chats in the order asked, unknown ids skipped; a fixed number
         of queries however many chats and messages there are."""
-        wanted = list(dict.fromkeys(chat_ids))
+        wanted = requested_ids(chat_ids)
         return self._load(wanted) if wanted else []
 
     def list_chats(
@@ -741,6 +747,8 @@ class ChatRepository:
         """
         require_at_least_one(limit, "limit")
         since = optional_moment(since, "since")
+        require_text(query, "query")
+        role, model = optional_text(role, "role"), optional_text(model, "model")
         user_id = scoped_user(self._user_id, user_id)
         if user_id is NOBODY:
             return []
@@ -849,6 +857,7 @@ class ChatRepository:
 
     def _lock_row(self, chat_id: str) -> Mapping[Any, Any] | None:
         """Lock the chat's row for this transaction and return its bookkeeping."""
+        require_text(chat_id, "chat_id")
         return (
             self._session.execute(
                 select(chats.c.version, chats.c.message_count, chats.c.extra, chats.c.user_id)
@@ -884,6 +893,7 @@ class ChatRepository:
         return found, children
 
     def _require(self, chat_id: str) -> None:
+        require_text(chat_id, "chat_id")
         with self._read():
             query = self._scoped(select(chats.c.chat_id).where(chats.c.chat_id == chat_id))
             found = self._session.execute(query).first()
@@ -1068,6 +1078,14 @@ def _fetch_all(
         ) from exc
 
 
+def requested_ids(chat_ids: Iterable[str]) -> list[str]:
+    """The chat ids asked for, each once, in order. A string is refused: it
+    is one id, not a list of them (its characters would be looked up)."""
+    if isinstance(chat_ids, str):
+        raise InvalidDocument("chat_ids must be a list of chat ids, not a string", field="chat_ids")
+    return list(dict.fromkeys(require_text(chat_id, "chat_id") for chat_id in chat_ids))
+
+
 def _chats_where(
     query: Any,
     *,
@@ -1080,6 +1098,7 @@ def _chats_where(
     """Only the chats of ``user_id``, with the chosen ``model``, tagged ``tag``,
     whose ``updated_at`` is from ``since`` on and before ``until`` (each filter
     that is not None)."""
+    model, tag = optional_text(model, "model"), optional_text(tag, "tag")
     if user_id is not None:
         query = query.where(chats.c.user_id == user_id)
     if model is not None:

@@ -42,7 +42,7 @@ from sqlalchemy.orm import Session
 
 from ._archive import ChatArchive
 from ._document import Timestamp
-from ._exceptions import database_errors, optional_moment
+from ._exceptions import database_errors, optional_moment, optional_text
 from ._repository import NOBODY, scoped_user
 from ._types import UTCDateTime
 
@@ -263,6 +263,7 @@ def _filtered(
     if user_id is NOBODY:
         return query.where(false())
     since, until = optional_moment(since, "since"), optional_moment(until, "until")
+    model, workflow_name = optional_text(model, "model"), optional_text(workflow_name, "workflow")
     if since is not None:
         query = query.where(time >= _timestamp(since))
     if until is not None:

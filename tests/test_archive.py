@@ -137,6 +137,24 @@ def counting_commits(engine: Engine) -> Iterator[list[object]]:
         event.remove(engine, "commit", count)
 
 
+def test_id_and_filter_arguments_must_be_strings(archive: ChatArchive) -> None:
+    # The archive's own read path (one statement on PostgreSQL) and the analytics
+    # filters; the repository's calls are checked in test_repository.
+    from chatarchive import analytics
+
+    archive.save(chat("7", model="7"))
+    for call in (lambda: archive.get(7), lambda: archive.get_many([7])):  # type: ignore[arg-type, list-item]
+        with pytest.raises(InvalidDocument, match="chat_id must be a string, not int"):
+            call()
+    with pytest.raises(InvalidDocument, match="chat_ids must be a list of chat ids, not a string"):
+        archive.get_many("7")
+    with pytest.raises(InvalidDocument, match="model must be a string, not int"):
+        analytics.model_usage(archive, model=7)  # type: ignore[arg-type]
+    with pytest.raises(InvalidDocument, match="workflow must be a string, not int"):
+        analytics.daily_usage(archive, workflow=7)  # type: ignore[arg-type]
+    assert [row.model for row in analytics.model_usage(archive, model="7")] == ["7"]
+
+
 def test_a_retention_purge_commits_batch_by_batch(
     archive: ChatArchive, async_engine: AsyncEngine, runner: asyncio.Runner
 ) -> None:

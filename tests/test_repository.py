@@ -438,6 +438,41 @@ def test_time_arguments_must_be_datetimes(repo: ChatRepository) -> None:
             assert caught.value.field == field
 
 
+def test_id_and_filter_arguments_must_be_strings(repo: ChatRepository) -> None:
+    # PostgreSQL compared 7 with the text '7' (or failed inside the driver) where
+    # SQLite compared it as a number; a string given for a list of ids was looked
+    # up a character at a time.
+    repo.save(tool_chat("7", user_id="7", model="7", tags=["7"]))
+    calls: dict[str, Callable[[Any], object]] = {
+        "chat_id get": lambda bad: repo.get(bad),
+        "chat_id get_many": lambda bad: repo.get_many(["7", bad]),
+        "chat_id append": lambda bad: repo.append(bad, [{"role": "user", "content": "x"}]),
+        "chat_id update": lambda bad: repo.update(bad, title="x"),
+        "chat_id delete": lambda bad: repo.delete(bad),
+        "chat_id append_chunk": lambda bad: repo.append_chunk(bad, "uid", "x"),
+        "message_uid append_chunk": lambda bad: repo.append_chunk("7", bad, "x"),
+        "message_uid complete_message": lambda bad: repo.complete_message("7", bad),
+        "user_id list_chats": lambda bad: repo.list_chats(user_id=bad),
+        "model list_chats": lambda bad: repo.list_chats(model=bad),
+        "tag list_chats": lambda bad: repo.list_chats(tag=bad),
+        "model export": lambda bad: list(repo.export(model=bad)),
+        "tag export": lambda bad: list(repo.export(tag=bad)),
+        "user_id delete_older_than": lambda bad: repo.delete_older_than(T0, user_id=bad),
+        "query search": lambda bad: repo.search(bad),
+        "role search": lambda bad: repo.search("hi", role=bad),
+        "model search": lambda bad: repo.search("hi", model=bad),
+    }
+    for name, call in calls.items():
+        field = name.split()[0]
+        for bad in (7, ["7"], b"7"):
+            with pytest.raises(InvalidDocument, match=r"must be a string|valid string") as caught:
+                call(bad)
+            assert caught.value.field == field, name
+    with pytest.raises(InvalidDocument, match="chat_ids must be a list of chat ids, not a string"):
+        repo.get_many("7")
+    assert repo.get("7").version == 1  # nothing changed
+
+
 def test_list_chats_pages_newest_first(repo: ChatRepository) -> None:
     for index in range(7):
         doc = tool_chat(
