@@ -379,6 +379,20 @@ class ChatArchive:
             )
         )
 
+    def count_chats(
+        self,
+        *,
+        user_id: str | None = None,
+        model: str | None = None,
+        tag: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> int:
+        """How many chats pass the filters of :meth:`list_chats`."""
+        return self._read(
+            lambda repo: repo.count_chats(user_id=user_id, model=model, tag=tag, since=since, until=until)
+        )
+
     def search(
         self,
         query: str,

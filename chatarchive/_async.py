@@ -160,6 +160,19 @@ class AsyncChatRepository:
             )
         )
 
+    async def count_chats(
+        self,
+        *,
+        user_id: str | None = None,
+        model: str | None = None,
+        tag: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> int:
+        return await self._run(
+            lambda repo: repo.count_chats(user_id=user_id, model=model, tag=tag, since=since, until=until)
+        )
+
     async def search(
         self,
         query: str,
@@ -430,6 +443,19 @@ class AsyncChatArchive:
             lambda repo: repo.list_chats(
                 user_id=user_id, model=model, tag=tag, since=since, until=until, limit=limit, cursor=cursor
             )
+        )
+
+    async def count_chats(
+        self,
+        *,
+        user_id: str | None = None,
+        model: str | None = None,
+        tag: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> int:
+        return await self._read(
+            lambda repo: repo.count_chats(user_id=user_id, model=model, tag=tag, since=since, until=until)
         )
 
     async def search(

@@ -513,10 +513,18 @@ def ls(
 ) -> None:
     """List chats, most recently updated first (--before or --older-than
     shows what 'rm' with the same option would delete)."""
-    page = _state().archive.list_chats(
-        user_id=user_id, model=model, tag=tag, since=since, until=_before(before, older_than), limit=limit
-    )
-    more = f"(more; showing the {limit} most recent)" if page.next_cursor else None
+    archive = _state().archive
+    filters: dict[str, Any] = {
+        "user_id": user_id,
+        "model": model,
+        "tag": tag,
+        "since": since,
+        "until": _before(before, older_than),
+    }
+    page = archive.list_chats(**filters, limit=limit)
+    more = None
+    if page.next_cursor:
+        more = f"(showing the {limit} most recent of {archive.count_chats(**filters):,})"
     if as_json:
         _echo_json([chat.model_dump(mode="json") for chat in page.items])
         if more:
@@ -582,7 +590,12 @@ def rm(
         assert user_id is not None
         delete = partial(archive.delete_user, user_id)
     if not yes:
-        click.confirm(printable(f"Delete every chat{whose}?"), abort=True, err=True)
+        found = archive.count_chats(user_id=user_id, until=before)
+        if not found:
+            _stderr.print(literal(f"no chats{whose}"))
+            return
+        chats = f"{found:,} chat{'s' if found != 1 else ''}"
+        click.confirm(printable(f"Delete {chats}{whose}?"), abort=True, err=True)
     deleted = delete()
     _stderr.print(literal(f"deleted {deleted} chat{'s' if deleted != 1 else ''}{whose}"))
 

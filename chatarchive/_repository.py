@@ -723,6 +723,31 @@ class ChatRepository:
             next_cursor = _encode_cursor(last.updated_at, last.chat_id)
         return ChatPage(items=items, next_cursor=next_cursor)
 
+    def count_chats(
+        self,
+        *,
+        user_id: str | None = None,
+        model: str | None = None,
+        tag: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> int:
+        """How many chats pass the filters of :meth:`list_chats`."""
+        since, until = optional_moment(since, "since"), optional_moment(until, "until")
+        user_id = scoped_user(self._user_id, user_id)
+        if user_id is NOBODY:
+            return 0
+        query = _chats_where(
+            select(func.count()).select_from(chats),
+            user_id=user_id,
+            model=model,
+            tag=tag,
+            since=since,
+            until=until,
+        )
+        with self._read():
+            return int(self._session.execute(query).scalar_one())
+
     def search(
         self,
         query: str,

@@ -232,7 +232,7 @@ def test_import_skips_a_byte_order_mark(run: Run, tmp_path: Path) -> None:
 def test_rm_user_asks_first(run: Run, tmp_path: Path) -> None:
     run("db", "upgrade")
     run("import", "-", stdin=json.dumps([DOC, {**DOC, "chat_id": "doc-2"}]))
-    assert run("rm", "--user", "alice", stdin="n\n", expect=1).returncode == 1
+    assert "Delete 2 chats of user 'alice'?" in run("rm", "--user", "alice", stdin="n\n", expect=1).stderr
     assert len(run("export").stdout.splitlines()) == 2
     assert "deleted 2 chats" in run("rm", "--user", "alice", "--yes").stderr
     assert run("export").stdout == ""
@@ -269,7 +269,7 @@ def test_rm_old_chats_by_date_or_age(run: Run) -> None:
         ("month-old", "alice", 4),
         ("bobs-month-old", "bob", 4),
     ]
-    assert "(more; showing the 2 most recent)" in newest_old.stderr
+    assert "(showing the 2 most recent of 3)" in newest_old.stderr
     assert listed("--older-than", "4w", "--since", f"{now - timedelta(days=60):%Y-%m-%d}") == [
         "month-old",
         "bobs-month-old",
@@ -278,7 +278,11 @@ def test_rm_old_chats_by_date_or_age(run: Run) -> None:
     cold = [json.loads(line)["chat_id"] for line in run("export", "--older-than", "4w").stdout.splitlines()]
     assert cold == ["bobs-month-old", "month-old", "year-old"]  # what rm --older-than 4w deletes
     asked = run("rm", "--before", f"{now - timedelta(days=100):%Y-%m-%d}", stdin="n\n", expect=1)
-    assert "last updated before" in asked.stderr
+    assert "Delete 1 chat last updated before" in asked.stderr
+    asked = run("rm", "--older-than", "4w", stdin="n\n", expect=1)
+    assert "Delete 3 chats last updated before" in asked.stderr
+    nothing = run("rm", "--older-than", "4w", "--user", "nobody")  # nothing to ask about
+    assert nothing.stderr.startswith("no chats of user 'nobody' last updated before")
     assert len(left()) == 4
     assert (
         "deleted 1 chat last updated before"

@@ -494,6 +494,11 @@ def test_list_chats_pages_newest_first(repo: ChatRepository) -> None:
     assert seen == ["c6", "c5", "c4", "c3", "c2", "c1", "c0"]
     assert [c.chat_id for c in repo.list_chats(user_id="alice").items] == ["c5", "c3", "c1"]
     assert [c.chat_id for c in repo.list_chats(model="m1", tag="even").items] == ["c2", "c0"]
+    assert repo.count_chats() == 7
+    assert repo.count_chats(user_id="alice") == 3
+    assert repo.count_chats(model="m1", tag="even") == 2
+    assert repo.count_chats(since=T0 + timedelta(minutes=1), until=T0 + timedelta(minutes=3)) == 4
+    assert repo.count_chats(tag="none") == 0
     window = repo.list_chats(since=T0 + timedelta(minutes=1), until=T0 + timedelta(minutes=3))
     assert [c.chat_id for c in window.items] == ["c5", "c4", "c3", "c2"]
     first = repo.list_chats(limit=1).items[0]

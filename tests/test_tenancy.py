@@ -37,6 +37,7 @@ def test_a_user_sees_only_their_chats(two_users: ChatArchive) -> None:
     assert alice.get("alice-1").title == "primer design"
     assert [c.chat_id for c in alice.list_chats().items] == ["alice-2", "alice-1"]
     assert alice.list_chats(user_id="bob").items == []
+    assert (alice.count_chats(), alice.count_chats(user_id="bob"), two_users.count_chats()) == (2, 0, 3)
     assert {hit.chat_id for hit in alice.search("42")} == {"alice-1", "alice-2"}
     assert alice.search("42", user_id="bob") == []
     assert [d.chat_id for d in alice.export()] == ["alice-1", "alice-2"]
@@ -188,6 +189,7 @@ def test_a_users_reads_tell_row_level_security_who_reads(
         assert alice.get("alice-1").chat_id == "alice-1"
         assert [d.chat_id for d in alice.get_many(["alice-1", "bob-1"])] == ["alice-1"]
         assert [c.chat_id for c in alice.list_chats().items] == ["alice-1"]
+        assert alice.count_chats() == 1
         assert {hit.chat_id for hit in alice.search("42")} == {"alice-1"}
         assert [d.chat_id for d in alice.export()] == ["alice-1"]
         alice.append("alice-1", [{"role": "user", "content": "more"}])
@@ -200,6 +202,7 @@ def test_a_users_reads_tell_row_level_security_who_reads(
             alice = app.for_user("alice")
             assert (await alice.get("alice-1")).chat_id == "alice-1"
             assert [c.chat_id for c in (await alice.list_chats()).items] == ["alice-1"]
+            assert await alice.count_chats() == 1
             assert [d.chat_id for d in await alice.get_many(["alice-1", "bob-1"])] == ["alice-1"]
 
     asyncio.run(through_asyncio())
