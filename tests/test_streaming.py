@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import URL, func, select
+from sqlalchemy import URL, func, select, text
 from sqlalchemy.orm import Session
 
 from chatarchive import (
@@ -276,8 +276,8 @@ def test_a_crash_mid_stream_keeps_every_chunk_sent(
     with httpx.stream(
         "POST", f"{base}/chats/crash/messages", json={"text": "tell me a long story"}, timeout=10
     ) as response:
-        for text in response.iter_text():
-            received += text
+        for piece in response.iter_text():
+            received += piece
             if received.count(" ") >= 25:
                 os.kill(process.pid, signal.SIGKILL)  # the process dies mid-answer
                 break
@@ -287,6 +287,14 @@ def test_a_crash_mid_stream_keeps_every_chunk_sent(
     assert isinstance(answer.content, str)
     assert answer.content.startswith(received)  # every chunk the client got was stored first
     assert len(answer.content.split()) >= 25
+    # The README's recipe finds it, and completes it with what was received.
+    with archive.engine.connect() as connection:
+        unfinished = connection.execute(
+            text("SELECT chat_id, uid, created_at FROM messages WHERE NOT completed ORDER BY created_at")
+        ).all()
+    assert [(row.chat_id, row.uid) for row in unfinished] == [("crash", answer.uid)]
+    done = archive.complete_message("crash", answer.uid, finish_reason="interrupted")
+    assert (done.content, done.completed, done.finish_reason) == (answer.content, True, "interrupted")
 
 
 def test_the_example_app_completes_a_whole_answer(
