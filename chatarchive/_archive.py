@@ -416,6 +416,10 @@ class ChatArchive:
             )
         )
 
+    def truncate(self, chat_id: str, keep: int, *, expected_version: int | None = None) -> int:
+        """Remove the chat's messages after its first ``keep``; see :meth:`ChatRepository.truncate`."""
+        return self._call(lambda repo: repo.truncate(chat_id, keep, expected_version=expected_version))
+
     def delete(self, chat_id: str) -> None:
         """Delete a chat and everything in it."""
         self._call(lambda repo: repo.delete(chat_id))

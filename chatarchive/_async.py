@@ -132,6 +132,9 @@ class AsyncChatRepository:
             lambda repo: repo.update(chat_id, expected_version=expected_version, **changes)
         )
 
+    async def truncate(self, chat_id: str, keep: int, *, expected_version: int | None = None) -> int:
+        return await self._run(lambda repo: repo.truncate(chat_id, keep, expected_version=expected_version))
+
     async def delete(self, chat_id: str) -> None:
         await self._run(lambda repo: repo.delete(chat_id))
 
@@ -471,6 +474,9 @@ class AsyncChatArchive:
         return await self._read(
             lambda repo: repo.search(query, user_id=user_id, role=role, model=model, since=since, limit=limit)
         )
+
+    async def truncate(self, chat_id: str, keep: int, *, expected_version: int | None = None) -> int:
+        return await self._call(lambda repo: repo.truncate(chat_id, keep, expected_version=expected_version))
 
     async def delete(self, chat_id: str) -> None:
         await self._call(lambda repo: repo.delete(chat_id))

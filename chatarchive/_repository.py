@@ -598,6 +598,35 @@ class ChatRepository:
                 )
             return self._touch(chat_id, current, now, **values)
 
+    def truncate(self, chat_id: str, keep: int, *, expected_version: int | None = None) -> int:
+        """Remove the chat's messages after its first ``keep``, with their
+        parts, tool calls, streamed chunks and the feedback given on them (to
+        regenerate an answer, or to edit a message and go on from there);
+        earlier rows are not touched. Nothing to remove changes nothing.
+
+        Returns:
+            The chat's version (a new one if messages were removed).
+        """
+        if type(keep) is not int or keep < 0:
+            raise InvalidDocument(
+                f"keep must be a whole number >= 0, not {keep!r}", chat_id=chat_id, field="keep"
+            )
+        now = _now()
+        with self._write():
+            current = self._lock(chat_id, expected_version)
+            if keep >= current["message_count"]:
+                return int(current["version"])
+            removed = select(messages.c.uid).where(messages.c.chat_id == chat_id, messages.c.position >= keep)
+            self._execute(
+                delete(feedback).where(feedback.c.chat_id == chat_id, feedback.c.message_uid.in_(removed))
+            )
+            for table in (message_chunks, content_parts, tool_calls):
+                self._execute(
+                    delete(table).where(table.c.chat_id == chat_id, table.c.message_position >= keep)
+                )
+            self._execute(delete(messages).where(messages.c.chat_id == chat_id, messages.c.position >= keep))
+            return self._touch(chat_id, current, now, message_count=keep)
+
     def delete(self, chat_id: str) -> None:
         """Delete a chat with all its messages, parts, tool calls, tags and feedback.
 

@@ -306,6 +306,54 @@ def test_append_refuses_duplicate_uids_and_changes_nothing(repo: ChatRepository,
     assert snapshot(session) == before
 
 
+def test_truncate_removes_the_last_messages_with_everything_on_them(
+    repo: ChatRepository, session: Session
+) -> None:
+    original = tool_chat("t", feedback=[{"id": "on-chat", "score": 1}])
+    repo.save(original)
+    stored = repo.get("t")
+    repo.add_feedback("t", {"id": "on-call", "message_uid": stored.messages[2].uid, "score": -1})
+    repo.add_feedback("t", {"id": "on-user", "message_uid": stored.messages[1].uid, "score": 1})
+    answer = repo.begin_message("t")
+    repo.append_chunk("t", answer.uid, "half an answer with zebra")
+    before = snapshot(session)
+
+    # Regenerate from the tool call on: keep the system prompt and the user's question.
+    version = repo.truncate("t", 2, expected_version=4)
+    back = repo.get("t")
+    assert version == back.version == 5
+    assert [m.model_dump() for m in back.messages] == [m.model_dump() for m in stored.messages[:2]]
+    assert [item.id for item in back.feedback] == ["on-chat", "on-user"]
+    assert counts(session)["tool_calls"] == counts(session)["message_chunks"] == 0
+    assert repo.search("zebra") == []
+    assert repo.search("42") == []  # the tool's answer and the last reply were text of removed messages
+    # The rows of the first two messages are as they were (rows start with chat_id, message position).
+    after = snapshot(session)
+    for table in ("messages", "content_parts"):
+        assert after[table] == [row for row in before[table] if row.startswith(("('t', 0,", "('t', 1,"))]
+    # Positions go on from there.
+    (again,) = repo.append("t", [{"role": "assistant", "content": "A new answer."}])
+    assert [m.content for m in repo.get("t").messages][1:] == [stored.messages[1].content, "A new answer."]
+    assert repo.get("t").messages[2].uid == again.uid
+    assert repo.list_chats().items[0].message_count == 3
+
+    assert repo.truncate("t", 3) == 6  # nothing to remove: nothing changes
+    assert repo.truncate("t", 99) == 6
+    assert repo.get("t").version == 6
+    assert [hit.position for hit in repo.search("hi")] == [1]  # a text part, kept until now
+    assert repo.truncate("t", 0) == 7
+    assert repo.get("t").messages == []
+    assert repo.search("hi") == []
+    for bad in (-1, "1", True, 1.0):
+        with pytest.raises(InvalidDocument, match="keep must be a whole number") as caught:
+            repo.truncate("t", bad)  # type: ignore[arg-type]
+        assert caught.value.field == "keep"
+    with pytest.raises(ConflictError):
+        repo.truncate("t", 0, expected_version=6)
+    with pytest.raises(ChatNotFound):
+        repo.truncate("missing", 0)
+
+
 def test_append_to_a_missing_chat(repo: ChatRepository) -> None:
     with pytest.raises(ChatNotFound):
         repo.append("nope", [{"role": "user"}])

@@ -165,6 +165,7 @@ def test_the_async_api_mirrors_the_sync_one(async_url: str, archive: ChatArchive
             )
             assert [c.chat_id for c in (await aarchive.list_chats(user_id="u")).items] == ["a"]
             assert [h.chat_id for h in await aarchive.search("hello")] == ["a"]
+            assert await aarchive.count_chats(user_id="u") == 1
             assert (
                 await aarchive.save_many(
                     [{"chat_id": f"m{n}", "messages": []} for n in range(7)], batch_size=3
@@ -188,6 +189,8 @@ def test_the_async_api_mirrors_the_sync_one(async_url: str, archive: ChatArchive
             assert (await aarchive.get("tx")).messages[1].content == "streamed text"
             done = await aarchive.complete_message("tx", answer.uid, finish_reason="stop")
             assert (done.content, done.completed) == ("streamed text", True)
+            assert await aarchive.truncate("a", 1, expected_version=4) == 5
+            assert [m.content for m in (await aarchive.get("a")).messages] == ["hi"]
             assert await aarchive.delete_user("u") == 1
 
     asyncio.run(scenario())

@@ -53,6 +53,7 @@ def test_another_users_chat_is_not_found_through_every_path(two_users: ChatArchi
         lambda: alice.append("bob-1", []),
         lambda: alice.add_feedback("bob-1", {"score": -1}),
         lambda: alice.update("bob-1", title="mine now"),
+        lambda: alice.truncate("bob-1", 0),
         lambda: alice.delete("bob-1"),
         lambda: alice.save(tool_chat("bob-1")),
     ):
