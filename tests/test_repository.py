@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
@@ -101,6 +102,31 @@ def test_openai_message_lists_round_trip(
     try:
         repo.save(ChatDocument.from_openai(messages, chat_id="prop"))
         assert json.loads(json.dumps(repo.get("prop").to_openai())) == expected
+    finally:
+        savepoint.rollback()
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=canonical_documents(), cut=st.integers(min_value=0, max_value=12))
+def test_a_truncated_chat_is_the_document_cut_short(
+    session: Session, make_repo: Any, data: dict[str, Any], cut: int
+) -> None:
+    repo = make_repo()
+    doc = ChatDocument.parse(data)
+    keep = min(cut, len(doc.messages))
+    removed = {message.uid for message in doc.messages[keep:]}
+    savepoint = session.begin_nested()
+    try:
+        repo.save(doc)
+        repo.truncate(doc.chat_id, keep)
+        back = repo.get(doc.chat_id)
+        assert back.messages == doc.messages[:keep]
+        assert back.feedback == [item for item in doc.feedback if item.message_uid not in removed]
+        assert repo.list_chats().items[0].message_count == keep
     finally:
         savepoint.rollback()
 
