@@ -24,6 +24,7 @@ from ._exceptions import (
     SchemaNotReady,
     database_errors,
     require_at_least_one,
+    require_unscoped,
     require_user_id,
 )
 from ._ingest import (
@@ -486,6 +487,7 @@ class ChatArchive:
         """Migrate the database to ``revision`` (default: this version's newest)."""
         from ._migrations import upgrade
 
+        require_unscoped(self._user_id, "upgrade")
         upgrade(self._engine, revision)
         self._schema_ready = False
 
@@ -493,6 +495,7 @@ class ChatArchive:
         """Migrate the database down to ``revision`` (``"base"`` drops every table)."""
         from ._migrations import downgrade
 
+        require_unscoped(self._user_id, "downgrade")
         downgrade(self._engine, revision)
         self._schema_ready = False
 
@@ -519,6 +522,7 @@ class ChatArchive:
         Raises:
             SchemaNotReady: on SQLite, which has no row-level security.
         """
+        require_unscoped(self._user_id, "set_row_level_security")
         if not self._postgres:
             raise SchemaNotReady("row-level security needs PostgreSQL")
         self._require_schema()
@@ -544,6 +548,7 @@ class ChatArchive:
         holds back new ones for that short moment. The setting is the
         database's: every connection sees it until it is changed.
         """
+        require_unscoped(self._user_id, "set_search_index")
         self._require_schema()
         with database_errors(), self._writer.begin() as connection:
             set_search_index_on(connection, enabled)
@@ -554,6 +559,7 @@ class ChatArchive:
         runs: after restoring a SQLite archive from a dump (its search tables
         point at rows by rowid), or after changing PostgreSQL's text search
         dictionaries."""
+        require_unscoped(self._user_id, "rebuild_search_index")
         self._require_schema()
         with database_errors(), self._writer.begin() as connection:
             rebuild_search_index(connection)

@@ -28,6 +28,7 @@ from ._exceptions import (
     SchemaNotReady,
     database_errors,
     require_at_least_one,
+    require_unscoped,
     require_user_id,
 )
 from ._ingest import PreparedBatch, check_writers, prepared_batches, split_by_chat
@@ -503,6 +504,7 @@ class AsyncChatArchive:
         """Migrate the database to ``revision`` (default: the newest)."""
         from ._migrations import migrate
 
+        require_unscoped(self._user_id, "upgrade")
         await self._on_connection(partial(migrate, revision=revision, up=True))
         self._schema_ready = False
 
@@ -510,6 +512,7 @@ class AsyncChatArchive:
         """Migrate the database down to ``revision``."""
         from ._migrations import migrate
 
+        require_unscoped(self._user_id, "downgrade")
         await self._on_connection(partial(migrate, revision=revision, up=False))
         self._schema_ready = False
 
@@ -529,6 +532,7 @@ class AsyncChatArchive:
         return await self._on_connection(row_level_security_of)
 
     async def set_row_level_security(self, enabled: bool) -> None:
+        require_unscoped(self._user_id, "set_row_level_security")
         if self._engine.dialect.name != "postgresql":
             raise SchemaNotReady("row-level security needs PostgreSQL")
         await self._on_connection(partial(set_row_level_security_on, enabled=enabled), transaction=True)
@@ -540,11 +544,13 @@ class AsyncChatArchive:
 
     async def set_search_index(self, enabled: bool) -> None:
         """Create the full-text search index or drop it; see :meth:`ChatArchive.set_search_index`."""
+        require_unscoped(self._user_id, "set_search_index")
         await self._require_schema()
         await self._on_connection(partial(set_search_index_on, enabled=enabled), transaction=True)
 
     async def rebuild_search_index(self) -> None:
         """Rebuild the full-text search index from the stored text (one transaction)."""
+        require_unscoped(self._user_id, "rebuild_search_index")
         await self._require_schema()
         await self._on_connection(rebuild_search_index, transaction=True)
 

@@ -106,6 +106,17 @@ def optional_text(value: object, name: str) -> str | None:
     return None if value is None else require_text(value, name)
 
 
+def require_unscoped(user_id: str | None, operation: str) -> None:
+    """Refuse a schema operation (migrations, row-level security, the search
+    index) through a user's archive (``for_user``): it changes the archive for
+    every user."""
+    if user_id is not None:
+        raise ChatArchiveError(
+            f"{operation} changes the archive for every user: call it on the archive, "
+            f"not on the one for_user({user_id!r}) gave"
+        )
+
+
 def require_user_id(user_id: object) -> str:
     """Refuse a user id that names nobody: ``None`` or ``""`` would otherwise
     select every chat without a user (``delete_user``) or lift the scope

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from chatarchive import (
     AsyncChatArchive,
     ChatArchive,
+    ChatArchiveError,
     ChatNotFound,
     ChatRepository,
     InvalidDocument,
@@ -116,6 +117,33 @@ def test_a_user_id_that_names_nobody_is_refused(
         with pytest.raises(InvalidDocument, match="user_id must be a non-empty string"):
             attempt()
     assert len(two_users.list_chats().items) == 4
+
+
+def test_a_users_archive_cannot_change_the_schema(
+    two_users: ChatArchive, async_engine: AsyncEngine, runner: asyncio.Runner
+) -> None:
+    # Migrations, row-level security and the search index are the whole
+    # archive's: a user's archive refuses them (and reads them as before).
+    alice = two_users.for_user("alice")
+    async_alice = AsyncChatArchive(engine=async_engine).for_user("alice")
+    operations: dict[str, Callable[[], object]] = {
+        "upgrade": lambda: alice.upgrade(),
+        "downgrade": lambda: alice.downgrade("base"),
+        "set_row_level_security": lambda: alice.set_row_level_security(False),
+        "set_search_index": lambda: alice.set_search_index(False),
+        "rebuild_search_index": lambda: alice.rebuild_search_index(),
+        "async upgrade": lambda: runner.run(async_alice.upgrade()),
+        "async downgrade": lambda: runner.run(async_alice.downgrade("base")),
+        "async set_row_level_security": lambda: runner.run(async_alice.set_row_level_security(False)),
+        "async set_search_index": lambda: runner.run(async_alice.set_search_index(False)),
+        "async rebuild_search_index": lambda: runner.run(async_alice.rebuild_search_index()),
+    }
+    for name, operation in operations.items():
+        with pytest.raises(ChatArchiveError, match=f"{name.split()[-1]} changes the archive for every user"):
+            operation()
+    assert alice.current_revision() == two_users.current_revision()
+    assert alice.search_index() is True
+    assert {hit.chat_id for hit in alice.search("42")} == {"alice-1", "alice-2"}
 
 
 @pytest.fixture
