@@ -490,8 +490,11 @@ def export(
             skipped = ", ".join(f"{count} ({reason})" for reason, count in sorted(selection.skipped.items()))
             _stderr.print(f"wrote {selection.written} chats" + (f"; skipped {skipped}" if skipped else ""))
             return
+        chats = 0
         for document in documents:
             stream.write(json.dumps(formats.export(document, fmt), ensure_ascii=False) + "\n")
+            chats += 1
+    _stderr.print(f"wrote {chats} chat{'s' if chats != 1 else ''}")
 
 
 # -- looking around --------------------------------------------------------------

@@ -133,7 +133,8 @@ def test_import_show_export_rm(run: Run, tmp_path: Path) -> None:
     assert "--min-score, --exclude-role: only with --format openai-finetune" in refused
 
     out = tmp_path / "out.jsonl"
-    run("export", "-o", str(out))
+    assert run("export", "-o", str(out)).stderr == "wrote 3 chats\n"
+    assert run("export", "--user", "nobody").stderr == "wrote 0 chats\n"
     run("rm", "doc-1")
     assert run("show", "doc-1", expect=1).stderr.strip() == "Error: chat 'doc-1' not found"
     # Re-importing the export restores the chat exactly, and replaces the others.
