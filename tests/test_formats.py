@@ -437,10 +437,16 @@ def test_the_cli_imports_and_exports_every_format(tmp_path: Any) -> None:
         path.write_text(json.dumps(data) + ("\n" if name.endswith("jsonl") else ""), encoding="utf-8")
         result = runner.invoke(main, ["--db", url, "import", str(path)])
         assert result.exit_code == 0, result.output
-    out = runner.invoke(main, ["--db", url, "export", "--format", "masterbrain", "--user", "u-7"])
-    assert [json.loads(line) for line in out.output.splitlines()] == [MASTERBRAIN]
-    out = runner.invoke(main, ["--db", url, "export", "--format", "sharegpt"])
-    assert SHAREGPT in [json.loads(line) for line in out.output.splitlines()]
+
+    def exported(*options: str) -> list[Any]:
+        # To a file: the runner's output mixes stderr ("wrote N chats") into stdout.
+        path = tmp_path / "exported.jsonl"
+        result = runner.invoke(main, ["--db", url, "export", *options, "-o", str(path)])
+        assert result.exit_code == 0, result.output
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+    assert exported("--format", "masterbrain", "--user", "u-7") == [MASTERBRAIN]
+    assert SHAREGPT in exported("--format", "sharegpt")
     out = runner.invoke(
         main, ["--db", url, "export", "--format", "openai-finetune", "--exclude-role", "system"]
     )
