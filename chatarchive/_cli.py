@@ -94,6 +94,11 @@ def _chat_filter_options(command: Callable[..., None]) -> Callable[..., None]:
     return command
 
 
+def _chats(number: int) -> str:
+    """``1 chat``, ``1,234 chats``: how many chats a command read, wrote or deleted."""
+    return f"{number:,} chat{'s' if number != 1 else ''}"
+
+
 def _before(before: datetime | None, older_than: datetime | None) -> datetime | None:
     if before is not None and older_than is not None:
         raise click.UsageError("give --before or --older-than, not both")
@@ -377,8 +382,7 @@ def import_(
                 "replaces them and imports the rest"
             )
         sys.exit(_INTERRUPTED)
-    summary = f"imported {imported} chat{'s' if imported != 1 else ''}"
-    _stderr.print(summary + (f", {failed} failed" if failed else ""))
+    _stderr.print(f"imported {_chats(imported)}" + (f", {failed} failed" if failed else ""))
     if failed:
         sys.exit(1)
 
@@ -481,20 +485,19 @@ def export(
     documents = archive.export(
         user_id=user_id, model=model, tag=tag, since=since, until=_before(before, older_than)
     )
+    selection = Selection()
+    if fmt == "openai-finetune":
+        filters = Filters(min_score=min_score, since=created_since, exclude_roles=exclude_roles)
+        lines: Iterator[Any] = select(documents, filters, selection)
+    else:
+        lines = (formats.export(document, fmt) for document in documents)
+    chats = 0  # one line a chat, in every format
     with nullcontext(sys.stdout) if output is None else written(output) as stream:
-        if fmt == "openai-finetune":
-            selection = Selection()
-            filters = Filters(min_score=min_score, since=created_since, exclude_roles=exclude_roles)
-            for line in select(documents, filters, selection):
-                stream.write(json.dumps(line, ensure_ascii=False) + "\n")
-            skipped = ", ".join(f"{count} ({reason})" for reason, count in sorted(selection.skipped.items()))
-            _stderr.print(f"wrote {selection.written} chats" + (f"; skipped {skipped}" if skipped else ""))
-            return
-        chats = 0
-        for document in documents:
-            stream.write(json.dumps(formats.export(document, fmt), ensure_ascii=False) + "\n")
+        for line in lines:
+            stream.write(json.dumps(line, ensure_ascii=False) + "\n")
             chats += 1
-    _stderr.print(f"wrote {chats} chat{'s' if chats != 1 else ''}")
+    skipped = ", ".join(f"{count} ({reason})" for reason, count in sorted(selection.skipped.items()))
+    _stderr.print(f"wrote {_chats(chats)}" + (f"; skipped {skipped}" if skipped else ""))
 
 
 # -- looking around --------------------------------------------------------------
@@ -597,10 +600,8 @@ def rm(
         if not found:
             _stderr.print(literal(f"no chats{whose}"))
             return
-        chats = f"{found:,} chat{'s' if found != 1 else ''}"
-        click.confirm(printable(f"Delete {chats}{whose}?"), abort=True, err=True)
-    deleted = delete()
-    _stderr.print(literal(f"deleted {deleted} chat{'s' if deleted != 1 else ''}{whose}"))
+        click.confirm(printable(f"Delete {_chats(found)}{whose}?"), abort=True, err=True)
+    _stderr.print(literal(f"deleted {_chats(delete())}{whose}"))
 
 
 # -- analytics and search ----------------------------------------------------------

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Table,
     case,
     delete,
+    false,
     func,
     insert,
     literal,
@@ -721,10 +722,6 @@ class ChatRepository:
         Pass the returned ``next_cursor`` as ``cursor`` for the next page.
         """
         require_at_least_one(limit, "limit")
-        since, until = optional_moment(since, "since"), optional_moment(until, "until")
-        user_id = scoped_user(self._user_id, user_id)
-        if user_id is NOBODY:
-            return ChatPage(items=[], next_cursor=None)
         query = select(
             chats.c.chat_id,
             chats.c.user_id,
@@ -735,7 +732,7 @@ class ChatRepository:
             chats.c.message_count,
             chats.c.version,
         )
-        query = _chats_where(query, user_id=user_id, model=model, tag=tag, since=since, until=until)
+        query = self._chats_where(query, user_id=user_id, model=model, tag=tag, since=since, until=until)
         if cursor is not None:
             after_time, after_id = _decode_cursor(cursor)
             query = query.where(
@@ -762,11 +759,7 @@ class ChatRepository:
         until: datetime | None = None,
     ) -> int:
         """How many chats pass the filters of :meth:`list_chats`."""
-        since, until = optional_moment(since, "since"), optional_moment(until, "until")
-        user_id = scoped_user(self._user_id, user_id)
-        if user_id is NOBODY:
-            return 0
-        query = _chats_where(
+        query = self._chats_where(
             select(func.count()).select_from(chats),
             user_id=user_id,
             model=model,
@@ -855,11 +848,7 @@ class ChatRepository:
         """Chat ids in ascending order, ``limit`` at a time after ``after``,
         of the chats that pass the filters of :meth:`list_chats`."""
         require_at_least_one(limit, "limit")
-        since, until = optional_moment(since, "since"), optional_moment(until, "until")
-        user_id = scoped_user(self._user_id, user_id)
-        if user_id is NOBODY:
-            return []
-        query = _chats_where(
+        query = self._chats_where(
             select(chats.c.chat_id).order_by(chats.c.chat_id).limit(limit),
             user_id=user_id,
             model=model,
@@ -956,6 +945,42 @@ class ChatRepository:
 
     def _visible(self, row: Mapping[Any, Any]) -> bool:
         return self._user_id is None or row["user_id"] == self._user_id
+
+    def _chats_where(
+        self,
+        query: Any,
+        *,
+        user_id: str | None,
+        model: str | None,
+        tag: str | None,
+        since: datetime | None,
+        until: datetime | None,
+    ) -> Any:
+        """``query`` over ``chats``, kept to the chats this repository may see
+        (a user's repository asked about another user: none) of ``user_id``,
+        with the chosen ``model``, tagged ``tag``, whose ``updated_at`` is from
+        ``since`` on and before ``until`` (each filter that is not None). The
+        filters of :meth:`list_chats`, :meth:`count_chats` and :meth:`chat_ids`."""
+        since, until = optional_moment(since, "since"), optional_moment(until, "until")
+        model, tag = optional_text(model, "model"), optional_text(tag, "tag")
+        user_id = scoped_user(self._user_id, user_id)
+        if user_id is NOBODY:
+            return query.where(false())
+        if user_id is not None:
+            query = query.where(chats.c.user_id == user_id)
+        if model is not None:
+            query = query.where(chats.c.model == model)
+        if tag is not None:
+            query = query.where(
+                select(chat_tags.c.chat_id)
+                .where(chat_tags.c.chat_id == chats.c.chat_id, chat_tags.c.tag == tag)
+                .exists()
+            )
+        if since is not None:
+            query = query.where(chats.c.updated_at >= since)
+        if until is not None:
+            query = query.where(chats.c.updated_at < until)
+        return query
 
     def _scoped(self, query: Any) -> Any:
         """Only this repository's user's chats (when it has one)."""
@@ -1138,36 +1163,6 @@ def requested_ids(chat_ids: Iterable[str]) -> list[str]:
     if isinstance(chat_ids, str):
         raise InvalidDocument("chat_ids must be a list of chat ids, not a string", field="chat_ids")
     return list(dict.fromkeys(require_text(chat_id, "chat_id") for chat_id in chat_ids))
-
-
-def _chats_where(
-    query: Any,
-    *,
-    user_id: str | None,
-    model: str | None,
-    tag: str | None,
-    since: datetime | None,
-    until: datetime | None,
-) -> Any:
-    """Only the chats of ``user_id``, with the chosen ``model``, tagged ``tag``,
-    whose ``updated_at`` is from ``since`` on and before ``until`` (each filter
-    that is not None)."""
-    model, tag = optional_text(model, "model"), optional_text(tag, "tag")
-    if user_id is not None:
-        query = query.where(chats.c.user_id == user_id)
-    if model is not None:
-        query = query.where(chats.c.model == model)
-    if tag is not None:
-        query = query.where(
-            select(chat_tags.c.chat_id)
-            .where(chat_tags.c.chat_id == chats.c.chat_id, chat_tags.c.tag == tag)
-            .exists()
-        )
-    if since is not None:
-        query = query.where(chats.c.updated_at >= since)
-    if until is not None:
-        query = query.where(chats.c.updated_at < until)
-    return query
 
 
 def _encode_cursor(updated_at: datetime, chat_id: str) -> str:
