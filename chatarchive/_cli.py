@@ -506,6 +506,11 @@ def export(
 @main.command("ls")
 @_chat_filter_options
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1), help="How many chats.")
+@click.option(
+    "--cursor",
+    metavar="CURSOR",
+    help="The next page: the cursor a previous 'ls' with the same options printed.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the chats' summaries as JSON.")
 def ls(
     user_id: str | None,
@@ -515,10 +520,11 @@ def ls(
     before: datetime | None,
     older_than: datetime | None,
     limit: int,
+    cursor: str | None,
     as_json: bool,
 ) -> None:
     """List chats, most recently updated first (--before or --older-than
-    shows what 'rm' with the same option would delete)."""
+    shows what 'rm' with the same option would delete), a page at a time."""
     archive = _state().archive
     filters: dict[str, Any] = {
         "user_id": user_id,
@@ -527,16 +533,18 @@ def ls(
         "since": since,
         "until": _before(before, older_than),
     }
-    page = archive.list_chats(**filters, limit=limit)
+    page = archive.list_chats(**filters, limit=limit, cursor=cursor)
     more = None
     if page.next_cursor:
-        more = f"(showing the {limit} most recent of {archive.count_chats(**filters):,})"
+        shown = f"{limit:,} shown" if cursor else f"showing the {limit:,} most recent"
+        more = f"({shown} of {archive.count_chats(**filters):,}; next page: --cursor {page.next_cursor})"
     if as_json:
         _echo_json([chat.model_dump(mode="json") for chat in page.items])
         if more:
             _stderr.print(more)
         return
     table = _table("chat_id", "user", "title", "model", "messages", "updated (UTC)")
+    table.columns[-1].min_width = len("YYYY-MM-DD")  # a day is not split across lines
     for chat in page.items:
         _add_row(
             table,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -270,7 +271,16 @@ def test_rm_old_chats_by_date_or_age(run: Run) -> None:
         ("month-old", "alice", 4),
         ("bobs-month-old", "bob", 4),
     ]
-    assert "(showing the 2 most recent of 3)" in newest_old.stderr
+    more = re.fullmatch(r"\(showing the 2 most recent of 3; next page: --cursor (\S+)\)\n", newest_old.stderr)
+    assert more, newest_old.stderr
+    rest = run("ls", "--older-than", "4w", "--limit", "2", "--json", "--cursor", more[1])
+    assert [s["chat_id"] for s in json.loads(rest.stdout)] == ["year-old"]
+    assert not rest.stderr  # the last page
+    first = run("ls", "--limit", "1", "--json").stderr  # "(... next page: --cursor C)"
+    second = run("ls", "--limit", "1", "--cursor", first.split()[-1].rstrip(")"))
+    assert " month-old " in second.stdout
+    assert re.search(r"\(1 shown of 4; next page: --cursor \S+\)", second.stdout)
+    assert "not a cursor" in run("ls", "--cursor", "nonsense", expect=1).stderr
     assert listed("--older-than", "4w", "--since", f"{now - timedelta(days=60):%Y-%m-%d}") == [
         "month-old",
         "bobs-month-old",
@@ -456,7 +466,9 @@ def test_ls_folds_rather_than_cuts_ids_in_a_narrow_terminal(run: Run, tmp_path: 
         "messages": [{"role": "user", "content": "hi"}],
     }
     run("import", write(tmp_path / "doc.json", json.dumps(doc)))
-    assert chat_id in run("ls", columns=60).stdout
+    narrow = run("ls", columns=60).stdout
+    assert chat_id in narrow
+    assert re.search(r" \d{4}-\d\d-\d\d ", narrow)  # nor splits a day
     assert "…" not in run("ls", columns=30).stdout
 
 
