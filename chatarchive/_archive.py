@@ -356,6 +356,12 @@ class ChatArchive:
         """Attach feedback to a chat or one of its messages."""
         return self._call(lambda repo: repo.add_feedback(chat_id, feedback))
 
+    def delete_feedback(self, chat_id: str, feedback_id: str, *, expected_version: int | None = None) -> int:
+        """Remove one feedback item; see :meth:`ChatRepository.delete_feedback`."""
+        return self._call(
+            lambda repo: repo.delete_feedback(chat_id, feedback_id, expected_version=expected_version)
+        )
+
     def update(
         self, chat_id: str, *, expected_version: int | None = None, **changes: Unpack[ChatChanges]
     ) -> int:

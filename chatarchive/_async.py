@@ -126,6 +126,13 @@ class AsyncChatRepository:
     async def add_feedback(self, chat_id: str, item: Feedback | Mapping[str, Any]) -> Feedback:
         return await self._run(lambda repo: repo.add_feedback(chat_id, item))
 
+    async def delete_feedback(
+        self, chat_id: str, feedback_id: str, *, expected_version: int | None = None
+    ) -> int:
+        return await self._run(
+            lambda repo: repo.delete_feedback(chat_id, feedback_id, expected_version=expected_version)
+        )
+
     async def update(
         self, chat_id: str, *, expected_version: int | None = None, **changes: Unpack[ChatChanges]
     ) -> int:
@@ -424,6 +431,13 @@ class AsyncChatArchive:
 
     async def add_feedback(self, chat_id: str, feedback: Feedback | Mapping[str, Any]) -> Feedback:
         return await self._call(lambda repo: repo.add_feedback(chat_id, feedback))
+
+    async def delete_feedback(
+        self, chat_id: str, feedback_id: str, *, expected_version: int | None = None
+    ) -> int:
+        return await self._call(
+            lambda repo: repo.delete_feedback(chat_id, feedback_id, expected_version=expected_version)
+        )
 
     async def update(
         self, chat_id: str, *, expected_version: int | None = None, **changes: Unpack[ChatChanges]

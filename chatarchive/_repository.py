@@ -570,6 +570,29 @@ class ChatRepository:
             self._touch(chat_id, current, now)
         return parsed if parsed.created_at else parsed.model_copy(update={"created_at": now})
 
+    def delete_feedback(self, chat_id: str, feedback_id: str, *, expected_version: int | None = None) -> int:
+        """Remove one feedback item (a vote taken back). To change one, delete it
+        and add the new one, with the same ``id`` if you like, in one transaction.
+
+        Returns:
+            The chat's new version.
+
+        Raises:
+            InvalidDocument: the chat has no feedback with this id.
+        """
+        require_text(feedback_id, "feedback_id")
+        now = _now()
+        with self._write():
+            current = self._lock(chat_id, expected_version)
+            removed = self._execute(
+                delete(feedback).where(feedback.c.chat_id == chat_id, feedback.c.id == feedback_id)
+            )
+            if not removed.rowcount:
+                raise InvalidDocument(
+                    f"no feedback with id {feedback_id!r}", chat_id=chat_id, field="feedback_id"
+                )
+            return self._touch(chat_id, current, now)
+
     def update(
         self, chat_id: str, *, expected_version: int | None = None, **changes: Unpack[ChatChanges]
     ) -> int:

@@ -411,6 +411,33 @@ def test_feedback(repo: ChatRepository, session: Session) -> None:
     assert snapshot(session) == before
 
 
+def test_feedback_is_taken_back_or_changed(repo: ChatRepository, session: Session) -> None:
+    repo.save(tool_chat(feedback=[{"id": "first", "score": 1}]))
+    uid = repo.get("c1").messages[4].uid
+    repo.add_feedback("c1", {"id": "vote", "message_uid": uid, "score": 1, "user_id": "u"})
+    repo.add_feedback("c1", {"id": "last", "score": 5})
+    assert repo.delete_feedback("c1", "vote", expected_version=3) == 4
+    back = repo.get("c1")
+    assert [item.id for item in back.feedback] == ["first", "last"]
+    assert back.version == 4
+    # Changing a vote: take it back and give the new one, same id (in the session's transaction).
+    repo.delete_feedback("c1", "first")
+    repo.add_feedback("c1", {"id": "first", "score": -1})
+    assert [(item.id, item.score) for item in repo.get("c1").feedback] == [("last", 5), ("first", -1)]
+    before = snapshot(session)
+    with pytest.raises(InvalidDocument, match="no feedback with id 'vote'") as missing:
+        repo.delete_feedback("c1", "vote")
+    assert (missing.value.chat_id, missing.value.field) == ("c1", "feedback_id")
+    with pytest.raises(InvalidDocument) as not_text:
+        repo.delete_feedback("c1", 7)  # type: ignore[arg-type]
+    assert not_text.value.field == "feedback_id"
+    with pytest.raises(ConflictError):
+        repo.delete_feedback("c1", "last", expected_version=3)
+    with pytest.raises(ChatNotFound):
+        repo.delete_feedback("missing", "last")
+    assert snapshot(session) == before
+
+
 def test_update(repo: ChatRepository) -> None:
     repo.save(
         ChatDocument.parse({"chat_id": "u", "title": None, "model": "m", "tags": ["a"], "workflow": {"w": 1}})

@@ -29,7 +29,9 @@ from .test_repository import tool_chat
 def two_users(archive: ChatArchive) -> ChatArchive:
     archive.save(tool_chat("alice-1", user_id="alice", title="primer design"))
     archive.save(tool_chat("alice-2", user_id="alice"))
-    archive.save(tool_chat("bob-1", user_id="bob", title="primer secrets"))
+    archive.save(
+        tool_chat("bob-1", user_id="bob", title="primer secrets", feedback=[{"id": "bobs", "score": 1}])
+    )
     return archive
 
 
@@ -55,6 +57,7 @@ def test_another_users_chat_is_not_found_through_every_path(two_users: ChatArchi
         lambda: alice.add_feedback("bob-1", {"score": -1}),
         lambda: alice.update("bob-1", title="mine now"),
         lambda: alice.truncate("bob-1", 0),
+        lambda: alice.delete_feedback("bob-1", "bobs"),
         lambda: alice.delete("bob-1"),
         lambda: alice.save(tool_chat("bob-1")),
     ):
