@@ -559,7 +559,15 @@ def test_an_interrupted_import_says_what_it_kept(run: Run, empty_database: URL, 
         "-",
         *(["--strict"] if strict else []),
     ]
-    with subprocess.Popen(command, stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as importing:
+
+    def interruptible() -> None:
+        # Ctrl-C as in a terminal, even when this test runs where SIGINT is
+        # ignored (a background job), which its children would inherit.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    with subprocess.Popen(
+        command, stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible
+    ) as importing:
         assert importing.stdin is not None
         importing.stdin.write("".join(json.dumps({**DOC, "chat_id": f"c{n}"}) + "\n" for n in range(3)))
         importing.stdin.flush()  # and the pipe stays open, as a long input's would
