@@ -358,6 +358,8 @@ class ChatRepository:
         Returns:
             The messages as stored (uids and timestamps filled in).
         """
+        if not isinstance(new_messages, (str, bytes, Mapping, Message)):  # refused by parse_messages
+            new_messages = list(new_messages)  # read twice: parsed, then for the uids they came with
         parsed = parse_messages(new_messages, chat_id=chat_id, limits=self._limits)
         seen: set[str] = set()
         for index, message in enumerate(parsed):
@@ -372,16 +374,22 @@ class ChatRepository:
         if not parsed:
             self._require(chat_id)
             return []
+        # A uid generated here (for a mapping without one) is a new random UUID that no
+        # stored message has: only the uids that came with the messages are looked up.
+        given = [
+            message.uid
+            for raw, message in zip(new_messages, parsed, strict=True)
+            if not (isinstance(raw, Mapping) and "uid" not in raw)
+        ]
         now = _now()
         with self._write():
             current = self._lock(chat_id, expected_version)
-            taken = (
-                self._session.execute(
-                    select(messages.c.uid).where(messages.c.chat_id == chat_id, messages.c.uid.in_(seen))
+            taken = None
+            if given:
+                stored = select(messages.c.uid).where(
+                    messages.c.chat_id == chat_id, messages.c.uid.in_(given)
                 )
-                .scalars()
-                .first()
-            )
+                taken = self._session.execute(stored).scalars().first()
             if taken is not None:
                 index = next(i for i, message in enumerate(parsed) if message.uid == taken)
                 raise InvalidDocument(

@@ -19,6 +19,7 @@ from chatarchive import (
     ChatRepository,
     ConflictError,
     InvalidDocument,
+    Message,
 )
 from chatarchive._schema import metadata
 
@@ -329,7 +330,40 @@ def test_append_refuses_duplicate_uids_and_changes_nothing(repo: ChatRepository,
     assert bad.value.message_index == 1
     assert bad.value.field == "role"
     assert bad.value.chat_id == "c1"
+    # Message objects: one read back, or one built once and appended twice (its uid generated then).
+    stored = repo.get("c1").messages[2]
+    with pytest.raises(InvalidDocument, match="already in the chat") as again:
+        repo.append("c1", (m for m in [Message(role="user"), stored]))
+    assert again.value.message_index == 1
     assert snapshot(session) == before
+    built = Message(role="user", content="once")
+    repo.append("c1", [built])
+    with pytest.raises(InvalidDocument, match="already in the chat"):
+        repo.append("c1", [built])
+
+
+def test_append_looks_up_only_the_uids_it_was_given(repo: ChatRepository, session: Session) -> None:
+    from sqlalchemy import event
+
+    repo.save(tool_chat())
+    statements: list[str] = []
+
+    def record(*args: Any) -> None:
+        statements.append(" ".join(args[2].split()))
+
+    engine = session.get_bind()
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        repo.append("c1", [{"role": "user", "content": "a new uid is made here"}])
+        made_here = list(statements)
+        statements.clear()
+        repo.append("c1", [{"role": "user", "content": "given", "uid": "u-1"}])
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    lookups = [s for s in made_here + statements if s.startswith("SELECT messages.uid")]
+    assert len(lookups) == 1
+    assert lookups[0] in statements
+    assert [m.uid for m in repo.get("c1").messages][-1] == "u-1"
 
 
 def test_truncate_removes_the_last_messages_with_everything_on_them(
