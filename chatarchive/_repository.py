@@ -383,7 +383,7 @@ class ChatRepository:
         ]
         now = _now()
         with self._write():
-            current = self._lock(chat_id, expected_version)
+            count = self._grow(chat_id, expected_version, now, len(parsed))
             taken = None
             if given:
                 stored = select(messages.c.uid).where(
@@ -398,9 +398,7 @@ class ChatRepository:
                     message_index=index,
                     field="uid",
                 )
-            count = current["message_count"]
             self._insert_messages(messages_to_rows(chat_id, parsed, first_position=count, now=now))
-            self._touch(chat_id, current, now, message_count=count + len(parsed))
         return [m if m.created_at else m.model_copy(update={"created_at": now}) for m in parsed]
 
     def record_completion(self, chat_id: str, completion: Any, *, choice: int = 0) -> Message:
@@ -942,8 +940,45 @@ class ChatRepository:
             .first()
         )
 
+    def _grow(self, chat_id: str, expected_version: int | None, now: datetime, added: int) -> int:
+        """Lock the chat's row and count ``added`` more messages in it (a new
+        version), in one statement where the database has ``UPDATE ...
+        RETURNING`` (PostgreSQL; SQLite 3.35 and newer); an error raised later
+        in the write rolls it back with the rest. Returns the message count
+        before."""
+        if not self._session.get_bind().dialect.update_returning:
+            current = self._lock(chat_id, expected_version)
+            self._touch(chat_id, current, now, message_count=current["message_count"] + added)
+            return int(current["message_count"])
+        require_text(chat_id, "chat_id")
+        grown = (
+            self._session.execute(
+                update(chats)
+                .where(chats.c.chat_id == chat_id)
+                .values(
+                    version=chats.c.version + 1, updated_at=now, message_count=chats.c.message_count + added
+                )
+                .returning(chats.c.version, chats.c.message_count, chats.c.user_id)
+            )
+            .mappings()
+            .first()
+        )
+        before = None
+        if grown is not None:
+            before = {
+                "version": grown["version"] - 1,
+                "message_count": grown["message_count"] - added,
+                "user_id": grown["user_id"],
+            }
+        return int(self._checked(chat_id, before, expected_version)["message_count"])
+
     def _lock(self, chat_id: str, expected_version: int | None = None) -> Mapping[str, Any]:
-        row = self._lock_row(chat_id)
+        return self._checked(chat_id, self._lock_row(chat_id), expected_version)
+
+    def _checked(
+        self, chat_id: str, row: Mapping[str, Any] | None, expected_version: int | None
+    ) -> Mapping[str, Any]:
+        """The locked chat's row, if this repository may see it and it is at the expected version."""
         if row is None or not self._visible(row):
             raise ChatNotFound(chat_id)
         if expected_version is not None and row["version"] != expected_version:

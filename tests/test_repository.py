@@ -342,6 +342,31 @@ def test_append_refuses_duplicate_uids_and_changes_nothing(repo: ChatRepository,
         repo.append("c1", [built])
 
 
+@pytest.mark.parametrize("returning", [True, False], ids=["update-returning", "select-for-update"])
+def test_append_with_or_without_update_returning(
+    make_repo: Any, session: Session, monkeypatch: pytest.MonkeyPatch, returning: bool
+) -> None:
+    """Where the database has no UPDATE ... RETURNING (SQLite before 3.35), the
+    chat row is locked by a SELECT first: the same outcome either way."""
+    monkeypatch.setattr(session.get_bind().dialect, "update_returning", returning)
+    repo = make_repo()
+    repo.save(tool_chat())
+    (added,) = repo.append("c1", [{"role": "user", "content": "more"}], expected_version=1)
+    back = repo.get("c1")
+    assert (back.version, len(back.messages), back.messages[-1]) == (2, 6, added)
+    assert repo.list_chats().items[0].message_count == 6
+    before = snapshot(session)
+    with pytest.raises(ConflictError, match="at version 2, not 1"):
+        repo.append("c1", [{"role": "user"}], expected_version=1)
+    with pytest.raises(InvalidDocument, match="already in the chat"):
+        repo.append("c1", [{"role": "user"}, {"role": "user", "uid": added.uid}])
+    with pytest.raises(ChatNotFound):
+        repo.append("missing", [{"role": "user"}])
+    with pytest.raises(ChatNotFound):
+        make_repo(user_id="bob").append("c1", [{"role": "user"}])
+    assert snapshot(session) == before
+
+
 def test_append_looks_up_only_the_uids_it_was_given(repo: ChatRepository, session: Session) -> None:
     from sqlalchemy import event
 
