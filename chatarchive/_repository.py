@@ -383,7 +383,7 @@ class ChatRepository:
         ]
         now = _now()
         with self._write():
-            count = self._grow(chat_id, expected_version, now, len(parsed))
+            count = self._bump(chat_id, expected_version, now, len(parsed))["message_count"]
             taken = None
             if given:
                 stored = select(messages.c.uid).where(
@@ -493,7 +493,7 @@ class ChatRepository:
         require_text(message_uid, "message_uid")
         now = _now()
         with self._write():
-            current = self._lock(chat_id)
+            self._bump(chat_id, None, now)
             found = (
                 self._session.execute(
                     select(messages).where(messages.c.chat_id == chat_id, messages.c.uid == message_uid)
@@ -528,7 +528,6 @@ class ChatRepository:
             )
             self._insert(content_parts, rows.parts)
             self._insert(tool_calls, rows.tool_calls)
-            self._touch(chat_id, current, now)
         return message
 
     def _explain_missing_message(self, chat_id: str, message_uid: str) -> NoReturn:
@@ -551,7 +550,7 @@ class ChatRepository:
         parsed = parse_feedback(item, chat_id=chat_id, limits=self._limits)
         now = _now()
         with self._write():
-            current = self._lock(chat_id)
+            self._bump(chat_id, None, now)
             if parsed.message_uid is not None:
                 found = self._session.execute(
                     select(messages.c.position).where(
@@ -573,7 +572,6 @@ class ChatRepository:
             if clashes:
                 raise InvalidDocument(f"duplicate feedback id {parsed.id!r}", chat_id=chat_id, field="id")
             self._insert(feedback, [feedback_to_row(chat_id, next_position, parsed, now=now)])
-            self._touch(chat_id, current, now)
         return parsed if parsed.created_at else parsed.model_copy(update={"created_at": now})
 
     def delete_feedback(self, chat_id: str, feedback_id: str, *, expected_version: int | None = None) -> int:
@@ -589,7 +587,7 @@ class ChatRepository:
         require_text(feedback_id, "feedback_id")
         now = _now()
         with self._write():
-            current = self._lock(chat_id, expected_version)
+            before = self._bump(chat_id, expected_version, now)
             removed = self._execute(
                 delete(feedback).where(feedback.c.chat_id == chat_id, feedback.c.id == feedback_id)
             )
@@ -597,7 +595,7 @@ class ChatRepository:
                 raise InvalidDocument(
                     f"no feedback with id {feedback_id!r}", chat_id=chat_id, field="feedback_id"
                 )
-            return self._touch(chat_id, current, now)
+        return int(before["version"]) + 1
 
     def update(
         self, chat_id: str, *, expected_version: int | None = None, **changes: Unpack[ChatChanges]
@@ -940,18 +938,20 @@ class ChatRepository:
             .first()
         )
 
-    def _grow(self, chat_id: str, expected_version: int | None, now: datetime, added: int) -> int:
-        """Lock the chat's row and count ``added`` more messages in it (a new
-        version), in one statement where the database has ``UPDATE ...
-        RETURNING`` (PostgreSQL; SQLite 3.35 and newer); an error raised later
-        in the write rolls it back with the rest. Returns the message count
-        before."""
+    def _bump(
+        self, chat_id: str, expected_version: int | None, now: datetime, added: int = 0
+    ) -> Mapping[str, Any]:
+        """Lock the chat's row for a write and give it its new version (and
+        ``added`` more messages), in one statement where the database has
+        ``UPDATE ... RETURNING`` (PostgreSQL; SQLite 3.35 and newer); an error
+        raised later in the write rolls it back with the rest. Returns the
+        row's ``version`` and ``message_count`` as they were before."""
         if not self._session.get_bind().dialect.update_returning:
             current = self._lock(chat_id, expected_version)
             self._touch(chat_id, current, now, message_count=current["message_count"] + added)
-            return int(current["message_count"])
+            return current
         require_text(chat_id, "chat_id")
-        grown = (
+        bumped = (
             self._session.execute(
                 update(chats)
                 .where(chats.c.chat_id == chat_id)
@@ -964,13 +964,13 @@ class ChatRepository:
             .first()
         )
         before = None
-        if grown is not None:
+        if bumped is not None:
             before = {
-                "version": grown["version"] - 1,
-                "message_count": grown["message_count"] - added,
-                "user_id": grown["user_id"],
+                "version": bumped["version"] - 1,
+                "message_count": bumped["message_count"] - added,
+                "user_id": bumped["user_id"],
             }
-        return int(self._checked(chat_id, before, expected_version)["message_count"])
+        return self._checked(chat_id, before, expected_version)
 
     def _lock(self, chat_id: str, expected_version: int | None = None) -> Mapping[str, Any]:
         return self._checked(chat_id, self._lock_row(chat_id), expected_version)

@@ -14,6 +14,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from chatarchive import (
+    ChatArchiveError,
     ChatDocument,
     ChatNotFound,
     ChatRepository,
@@ -343,27 +344,43 @@ def test_append_refuses_duplicate_uids_and_changes_nothing(repo: ChatRepository,
 
 
 @pytest.mark.parametrize("returning", [True, False], ids=["update-returning", "select-for-update"])
-def test_append_with_or_without_update_returning(
+def test_writes_with_or_without_update_returning(
     make_repo: Any, session: Session, monkeypatch: pytest.MonkeyPatch, returning: bool
 ) -> None:
-    """Where the database has no UPDATE ... RETURNING (SQLite before 3.35), the
-    chat row is locked by a SELECT first: the same outcome either way."""
+    """Where the database has no UPDATE ... RETURNING (SQLite before 3.35), a
+    write locks the chat row by a SELECT first: the same outcome either way."""
     monkeypatch.setattr(session.get_bind().dialect, "update_returning", returning)
     repo = make_repo()
     repo.save(tool_chat())
     (added,) = repo.append("c1", [{"role": "user", "content": "more"}], expected_version=1)
     back = repo.get("c1")
     assert (back.version, len(back.messages), back.messages[-1]) == (2, 6, added)
-    assert repo.list_chats().items[0].message_count == 6
+    vote = repo.add_feedback("c1", {"message_uid": added.uid, "score": 1})
+    assert repo.delete_feedback("c1", vote.id) == 4
+    answer = repo.begin_message("c1")
+    repo.append_chunk("c1", answer.uid, "streamed")
+    repo.complete_message("c1", answer.uid, finish_reason="stop")
+    back = repo.get("c1")
+    assert (back.version, back.feedback, back.messages[-1].content) == (6, [], "streamed")
+    assert repo.list_chats().items[0].message_count == 7
     before = snapshot(session)
-    with pytest.raises(ConflictError, match="at version 2, not 1"):
+    with pytest.raises(ConflictError, match="at version 6, not 1"):
         repo.append("c1", [{"role": "user"}], expected_version=1)
     with pytest.raises(InvalidDocument, match="already in the chat"):
         repo.append("c1", [{"role": "user"}, {"role": "user", "uid": added.uid}])
+    with pytest.raises(InvalidDocument, match="unknown message"):
+        repo.add_feedback("c1", {"message_uid": "nope", "score": 1})
+    with pytest.raises(InvalidDocument, match="no feedback"):
+        repo.delete_feedback("c1", vote.id)
+    with pytest.raises(ChatArchiveError):
+        repo.complete_message("c1", answer.uid)  # already complete
+    bob = make_repo(user_id="bob")  # the chat has no user: not bob's
+    with pytest.raises(ChatNotFound):
+        bob.append("c1", [{"role": "user"}])
+    with pytest.raises(ChatNotFound):
+        bob.add_feedback("c1", {"score": 1})
     with pytest.raises(ChatNotFound):
         repo.append("missing", [{"role": "user"}])
-    with pytest.raises(ChatNotFound):
-        make_repo(user_id="bob").append("c1", [{"role": "user"}])
     assert snapshot(session) == before
 
 
