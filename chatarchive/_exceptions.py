@@ -14,6 +14,7 @@ escape raw::
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -159,12 +160,27 @@ def database_errors() -> Iterator[None]:
     """Translate database driver errors raised inside the block into chatarchive's."""
     try:
         yield
-    except sa_exc.DBAPIError as exc:
-        raise _translate(exc.orig, lost=exc.connection_invalidated) from exc
-    except sa_exc.SQLAlchemyError as exc:
-        raise DatabaseError(f"database error: {exc}") from exc
-    except (psycopg.Error, sqlite3.Error) as exc:  # raised by the driver directly (COPY)
-        raise _translate(exc, lost=False) from exc
+    except (sa_exc.SQLAlchemyError, psycopg.Error, sqlite3.Error) as exc:
+        if (interruption := _interruption(exc)) is not None:
+            raise interruption from exc
+        if isinstance(exc, sa_exc.DBAPIError):
+            raise _translate(exc.orig, lost=exc.connection_invalidated) from exc
+        if isinstance(exc, sa_exc.SQLAlchemyError):
+            raise DatabaseError(f"database error: {exc}") from exc
+        raise _translate(exc, lost=False) from exc  # raised by the driver directly (COPY)
+
+
+def _interruption(error: BaseException) -> BaseException | None:
+    """The Ctrl-C (or asyncio cancellation) that ``error`` was raised while
+    handling, if any. Cut short mid-command, a connection refuses the rollback
+    that follows ("another command is already in progress"): the interruption
+    is what happened, and what the caller must see."""
+    cause = error.__context__
+    while cause is not None:
+        if isinstance(cause, (KeyboardInterrupt, asyncio.CancelledError)):
+            return cause
+        cause = cause.__context__
+    return None
 
 
 def _translate(orig: BaseException | None, *, lost: bool) -> ChatArchiveError:

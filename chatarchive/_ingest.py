@@ -308,7 +308,8 @@ class _CopyWriter:
     def __init__(self, session: Session) -> None:
         from psycopg.types.json import set_json_dumps
 
-        driver = session.connection().connection.driver_connection
+        self._connection = session.connection()
+        driver = self._connection.connection.driver_connection
         self._cursor = driver.cursor()  # type: ignore[union-attr]
         set_json_dumps(postgres_json_text, self._cursor)
 
@@ -319,11 +320,17 @@ class _CopyWriter:
         values = list(map(itemgetter(*plan.columns), rows))
         if _needs_escape(values, plan.text_columns):
             values = [_escaped(row, plan.text_columns) for row in values]
-        with self._cursor.copy(plan.statement) as copy:
-            copy.set_types(plan.types)
-            write_row = copy.write_row
-            for row in values:
-                write_row(row)
+        try:
+            with self._cursor.copy(plan.statement) as copy:
+                copy.set_types(plan.types)
+                write_row = copy.write_row
+                for row in values:
+                    write_row(row)
+        except KeyboardInterrupt:
+            # Cut short mid-COPY, the connection refuses even a rollback: drop
+            # it, as SQLAlchemy does when a statement it runs is interrupted.
+            self._connection.invalidate()
+            raise
 
 
 def row_writer(session: Session) -> RowWriter:

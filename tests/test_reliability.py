@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import multiprocessing
@@ -19,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import URL, Engine, text
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
 from chatarchive import (
@@ -31,6 +33,7 @@ from chatarchive import (
     InvalidDocument,
     Limits,
 )
+from chatarchive._exceptions import database_errors
 from chatarchive._schema import metadata
 
 from .test_repository import snapshot, tool_chat
@@ -345,6 +348,30 @@ def test_processes_forked_from_a_used_archive_get_their_own_connections(
 
 
 # -- faults --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, asyncio.CancelledError])
+def test_a_failed_clean_up_after_ctrl_c_is_reported_as_the_ctrl_c(raised: type[BaseException]) -> None:
+    """Ctrl-C mid-command leaves a connection that refuses the rollback after
+    it ("another command is already in progress"): the caller must still see
+    the interruption (the CLI then says what it kept), not a database error."""
+    interruption = raised()
+    refused = psycopg.OperationalError("sending query failed: another command is already in progress")
+
+    def interrupted_then_refused() -> None:
+        try:
+            raise interruption
+        except raised:
+            try:
+                raise refused
+            except psycopg.Error as exc:  # as SQLAlchemy wraps the driver's error
+                raise sa_exc.OperationalError("ROLLBACK TO SAVEPOINT sa_savepoint_1", None, exc) from exc
+
+    with pytest.raises(raised) as caught, database_errors():
+        interrupted_then_refused()
+    assert caught.value is interruption
+    with pytest.raises(DatabaseError, match="another command"), database_errors():
+        raise refused  # on its own, an error like any other
 
 
 def test_an_exception_in_the_middle_of_a_save_leaves_nothing(
