@@ -239,11 +239,11 @@ class ChatArchive:
             )
         require_at_least_one(batch_size, "batch_size")
         self._require_schema()
+        if writers > 1 and self._postgres:
+            return self._save_in_parallel(docs, batch_size, writers, on_error)
         batches = prepared_batches(docs, batch_size, stop_at_error=on_error is None, limits=self._limits)
         # Closed on the way out, so that its thread stops even while an error's traceback lives on.
         with consuming(batches):
-            if writers > 1 and self._postgres:
-                return self._save_in_parallel(batches, writers, on_error)
             saved = 0
             for batch in batches:
                 with self._session(savepoints=False) as repo:
@@ -251,13 +251,17 @@ class ChatArchive:
             return saved
 
     def _save_in_parallel(
-        self, batches: Iterator[PreparedBatch], writers: int, on_error: OnError | None
+        self,
+        docs: Iterable[ChatDocument | Mapping[str, Any]],
+        batch_size: int,
+        writers: int,
+        on_error: OnError | None,
     ) -> int:
         """Each batch split by chat among ``writers`` threads, each writing its
         share in its own transactions. An invalid document (without
         ``on_error``) stops the reading; the writers finish what they were
         given, as one writer would have. A failed write stops every writer
-        before its next batch. The first error is raised."""
+        before its next batch, and the reading at once. The first error is raised."""
         lock = threading.Lock()
         report: OnError | None = None
         if on_error is not None:
@@ -269,6 +273,7 @@ class ChatArchive:
         queues: list[Queue[PreparedBatch | None]] = [Queue(maxsize=WRITER_QUEUE) for _ in range(writers)]
         saved = [0] * writers
         failures: list[BaseException] = []
+        failed = threading.Event()
 
         def write(number: int) -> None:
             while (batch := queues[number].get()) is not None:
@@ -280,6 +285,7 @@ class ChatArchive:
                 except BaseException as exc:  # raised by the caller's thread below
                     with lock:
                         failures.append(exc)
+                    failed.set()
 
         threads = [
             threading.Thread(target=write, args=(number,), name=f"chatarchive-writer-{number}", daemon=True)
@@ -287,14 +293,18 @@ class ChatArchive:
         ]
         for thread in threads:
             thread.start()
+        batches = prepared_batches(
+            docs, batch_size, stop_at_error=on_error is None, limits=self._limits, abandoned=failed
+        )
         try:
-            for batch in batches:
-                if failures:
-                    break
-                batch.report_errors(report)
-                for number, part in enumerate(split_by_chat(batch, writers)):
-                    if part.documents:
-                        queues[number].put(part)
+            with consuming(batches):
+                for batch in batches:
+                    if failures:
+                        break
+                    batch.report_errors(report)
+                    for number, part in enumerate(split_by_chat(batch, writers)):
+                        if part.documents:
+                            queues[number].put(part)
         finally:
             for queue in queues:
                 queue.put(None)

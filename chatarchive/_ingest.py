@@ -113,11 +113,27 @@ def prepared_batches(
     *,
     stop_at_error: bool,
     limits: Limits | None = None,
+    abandoned: threading.Event | None = None,
 ) -> Batches:
     """Batches of validated documents and their rows, prepared in a background
-    thread that reads ``docs`` at most ``AHEAD`` batches ahead of the consumer."""
+    thread that reads ``docs`` at most ``AHEAD`` batches ahead of the consumer.
+    Setting ``abandoned`` (from any thread: a failed writer) ends the batches
+    early, without waiting for the next one."""
     queue: Queue[object] = Queue(maxsize=AHEAD)
     stop = threading.Event()
+    reading = threading.Event()  # set while the producer waits on the caller's input
+
+    def read() -> Iterator[ChatDocument | Mapping[str, Any]]:
+        iterator = iter(docs)
+        while True:
+            reading.set()
+            try:
+                item = next(iterator)
+            except StopIteration:
+                return
+            finally:
+                reading.clear()
+            yield item
 
     def put(item: object) -> bool:
         while not stop.is_set():
@@ -132,7 +148,7 @@ def prepared_batches(
         try:
             batch = PreparedBatch()
             now = datetime.now(UTC)
-            for index, item in enumerate(docs):
+            for index, item in enumerate(read()):
                 if stop.is_set():
                     return
                 batch.size += 1
@@ -165,7 +181,7 @@ def prepared_batches(
         worker.start()
         interrupted = False
         try:
-            yield from _consume(queue)
+            yield from _consume(queue, abandoned or threading.Event())
         except KeyboardInterrupt:
             # Not waiting for the producer: it may be waiting for input (a pipe
             # or a terminal that sends nothing more); it stops at its next item.
@@ -174,10 +190,30 @@ def prepared_batches(
         finally:
             stop.set()
             if not interrupted:
-                while worker.is_alive():  # unblock a producer waiting on a full queue
-                    with suppress(Empty):
-                        queue.get(timeout=0.05)
-                worker.join()
+                _let_end(worker, queue, reading)
+
+
+#: How long, at most, a failed save_many waits for its reading thread to get
+#: the input's next item before it gives up on it (seconds).
+INPUT_WAIT = 0.5
+
+
+def _let_end(worker: threading.Thread, queue: Queue[object], reading: threading.Event) -> None:
+    """Wait for the stopped producer to end: unblock it while it waits on a full
+    queue, and let it finish the item it prepares; but wait only ``INPUT_WAIT``
+    for the caller's input, which may have nothing more for now (an open pipe,
+    ``tail -f``): the producer then ends at the input's next item, on its own."""
+    input_wait = INPUT_WAIT
+    while worker.is_alive():
+        if reading.is_set():
+            if input_wait <= 0:
+                return
+            time.sleep(0.01)
+            input_wait -= 0.01
+            continue
+        with suppress(Empty):
+            queue.get(timeout=0.01)
+    worker.join()
 
 
 @contextmanager
@@ -195,8 +231,14 @@ def consuming(batches: Batches) -> Iterator[Batches]:
         batches.close()
 
 
-def _consume(queue: Queue[object]) -> Iterator[PreparedBatch]:
-    while (item := queue.get()) is not _DONE:
+def _consume(queue: Queue[object], abandoned: threading.Event) -> Iterator[PreparedBatch]:
+    while not abandoned.is_set():
+        try:
+            item = queue.get(timeout=0.05)
+        except Empty:
+            continue
+        if item is _DONE:
+            return
         if isinstance(item, _Failure):
             raise item.error
         assert isinstance(item, PreparedBatch)

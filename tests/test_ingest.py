@@ -312,3 +312,42 @@ def test_a_failed_save_many_stops_its_threads_before_it_returns(
     # may be left running until they go.
     assert raised.value is not None
     assert [t.name for t in threading.enumerate() if t.name.startswith("chatarchive-")] == []
+
+
+@pytest.mark.parametrize("api", ["sync", "asyncio"])
+@pytest.mark.parametrize("writers", [1, 3])
+def test_a_failed_save_many_does_not_wait_for_more_input(
+    archive: ChatArchive,
+    async_engine: AsyncEngine,
+    runner: asyncio.Runner,
+    monkeypatch: pytest.MonkeyPatch,
+    writers: int,
+    api: str,
+) -> None:
+    """An error raises at once even when the input has nothing more for now (an
+    open pipe, ``tail -f``); the reading thread ends at the input's next item."""
+    refuse_in_database(monkeypatch, "chat-00000012")
+    more_input = threading.Event()
+    waiting = threading.Timer(60, more_input.set)  # the input sends more, much later
+
+    def stalled() -> Iterator[dict[str, Any]]:
+        yield from generate_chats(20, 4)
+        more_input.wait()
+        yield from generate_chats(1, 4, seed=2)
+
+    waiting.start()
+    try:
+        with pytest.raises(ChatArchiveError):
+            if api == "sync":
+                archive.save_many(stalled(), batch_size=5, writers=writers)
+            else:
+                async_archive = AsyncChatArchive(engine=async_engine)
+                runner.run(async_archive.save_many(stalled(), batch_size=5, writers=writers))
+        assert not more_input.is_set()  # it did not wait for the input
+    finally:
+        more_input.set()
+        waiting.cancel()
+    for thread in threading.enumerate():
+        if thread.name.startswith("chatarchive-"):
+            thread.join(timeout=30)
+    assert [t.name for t in threading.enumerate() if t.name.startswith("chatarchive-")] == []
