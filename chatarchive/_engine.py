@@ -7,12 +7,13 @@ import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
+import psycopg
 import sqlalchemy
 import sqlalchemy.ext.asyncio
 from sqlalchemy import URL, Connection, Engine, event, make_url
-from sqlalchemy.exc import ArgumentError, DisconnectionError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ._exceptions import DatabaseError, InvalidDocument
@@ -24,6 +25,7 @@ __all__ = [
     "create_async_engine",
     "create_engine",
     "database_url",
+    "driver_call",
     "for_reading",
     "for_writing",
 ]
@@ -256,3 +258,28 @@ def for_reading(engine: _AnyEngine) -> _AnyEngine:
     if engine.dialect.name == "postgresql":
         return engine.execution_options(isolation_level="AUTOCOMMIT")
     return engine
+
+
+@contextmanager
+def driver_call(connection: Connection, statement: str, params: Any = None) -> Iterator[None]:
+    """Work done on the psycopg connection under ``connection`` directly (a
+    COPY, a hot read), with what SQLAlchemy does for the statements it runs
+    itself: a driver error is raised as SQLAlchemy's ``DBAPIError`` (which
+    :func:`database_errors` translates), and a connection that is lost, or
+    cut short mid-command by Ctrl-C or a cancelled task (after which it
+    refuses even a rollback), is invalidated so that the pool drops it.
+    """
+    try:
+        yield
+    except psycopg.Error as exc:
+        proxied = connection.connection
+        lost = connection.dialect.is_disconnect(cast(Any, exc), proxied.dbapi_connection, None)
+        if lost:
+            connection.invalidate(exc)
+        raise DBAPIError.instance(
+            statement, params, exc, psycopg.Error, connection_invalidated=lost, dialect=connection.dialect
+        ) from exc
+    except BaseException as exc:
+        if not isinstance(exc, Exception):  # Ctrl-C, a cancelled task, an exit
+            connection.invalidate()
+        raise

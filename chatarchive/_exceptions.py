@@ -15,12 +15,10 @@ escape raw::
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
-import psycopg
 from sqlalchemy import exc as sa_exc
 
 __all__ = [
@@ -160,14 +158,12 @@ def database_errors() -> Iterator[None]:
     """Translate database driver errors raised inside the block into chatarchive's."""
     try:
         yield
-    except (sa_exc.SQLAlchemyError, psycopg.Error, sqlite3.Error) as exc:
+    except sa_exc.SQLAlchemyError as exc:  # the driver's own errors arrive wrapped (driver_call)
         if (interruption := _interruption(exc)) is not None:
             raise interruption from exc
         if isinstance(exc, sa_exc.DBAPIError):
             raise _translate(exc.orig, lost=exc.connection_invalidated) from exc
-        if isinstance(exc, sa_exc.SQLAlchemyError):
-            raise DatabaseError(f"database error: {exc}") from exc
-        raise _translate(exc, lost=False) from exc  # raised by the driver directly (COPY)
+        raise DatabaseError(f"database error: {exc}") from exc
 
 
 def _interruption(error: BaseException) -> BaseException | None:
@@ -194,10 +190,9 @@ def _translate(orig: BaseException | None, *, lost: bool) -> ChatArchiveError:
             return ConflictError(f"concurrent write, try again: {summary}")
         if sqlstate in _SCHEMA_STATES:
             return SchemaNotReady(f"{summary}; run 'chatarchive db upgrade'")
-        return DatabaseError(f"database error [{sqlstate}]: {summary}")
     errorname = getattr(orig, "sqlite_errorname", None)
     if isinstance(errorname, str) and errorname.startswith("SQLITE_CONSTRAINT"):
         return ConflictError(f"write conflicts with stored data ({errorname}): {summary}")
-    if lost:
-        return DatabaseError(f"database connection lost: {summary}")
-    return DatabaseError(f"database error: {summary}")
+    what = "database connection lost" if lost else "database error"
+    code = f" [{sqlstate}]" if isinstance(sqlstate, str) else ""
+    return DatabaseError(f"{what}{code}: {summary}")

@@ -25,6 +25,7 @@ from sqlalchemy import Boolean, Double, Integer, Table, insert
 from sqlalchemy.orm import Session
 
 from ._document import ChatDocument, Limits
+from ._engine import driver_call
 from ._exceptions import InvalidDocument, require_at_least_one
 from ._rows import ChatRows, document_to_rows
 from ._types import ArchiveText, JsonObject, UTCDateTime, escape_text, postgres_json_text
@@ -362,17 +363,11 @@ class _CopyWriter:
         values = list(map(itemgetter(*plan.columns), rows))
         if _needs_escape(values, plan.text_columns):
             values = [_escaped(row, plan.text_columns) for row in values]
-        try:
-            with self._cursor.copy(plan.statement) as copy:
-                copy.set_types(plan.types)
-                write_row = copy.write_row
-                for row in values:
-                    write_row(row)
-        except KeyboardInterrupt:
-            # Cut short mid-COPY, the connection refuses even a rollback: drop
-            # it, as SQLAlchemy does when a statement it runs is interrupted.
-            self._connection.invalidate()
-            raise
+        with driver_call(self._connection, plan.statement), self._cursor.copy(plan.statement) as copy:
+            copy.set_types(plan.types)
+            write_row = copy.write_row
+            for row in values:
+                write_row(row)
 
 
 def row_writer(session: Session) -> RowWriter:

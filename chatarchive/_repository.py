@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from functools import cache
-from typing import Any, NoReturn, TypedDict, Unpack, cast
+from typing import Any, NoReturn, TypedDict, Unpack
 
 import psycopg
 from sqlalchemy import (
@@ -30,7 +30,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import TextClause
 
@@ -44,6 +43,7 @@ from ._document import (
     parse_feedback,
     parse_messages,
 )
+from ._engine import driver_call
 from ._exceptions import (
     ChatArchiveError,
     ChatNotFound,
@@ -1203,24 +1203,15 @@ def _fetch_all(
 
     For a read of one small row, SQLAlchemy's per-statement work costs about
     as much as the database's, so it goes to the driver directly (other
-    drivers, and the asyncio API's, go through SQLAlchemy). A lost connection
-    is invalidated and reported as SQLAlchemy reports its own.
+    drivers, and the asyncio API's, go through SQLAlchemy); errors are handled
+    as SQLAlchemy handles its own (:func:`driver_call`).
     """
-    proxied = connection.connection
-    driver = proxied.driver_connection
+    driver = connection.connection.driver_connection
     if not isinstance(driver, psycopg.Connection):
         return connection.execute(statement, params).all()
     sql = _psycopg_sql(statement)
-    try:
-        with driver.cursor() as cursor:
-            return cursor.execute(sql, params).fetchall()
-    except psycopg.Error as exc:
-        lost = connection.dialect.is_disconnect(cast(Any, exc), proxied.dbapi_connection, None)
-        if lost:
-            connection.invalidate(exc)
-        raise DBAPIError.instance(
-            sql, params, exc, psycopg.Error, connection_invalidated=lost, dialect=connection.dialect
-        ) from exc
+    with driver_call(connection, sql, params), driver.cursor() as cursor:
+        return cursor.execute(sql, params).fetchall()
 
 
 def requested_ids(chat_ids: Iterable[str]) -> list[str]:
