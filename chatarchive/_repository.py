@@ -26,6 +26,7 @@ from sqlalchemy import (
     literal,
     select,
     text,
+    true,
     tuple_,
     update,
 )
@@ -549,26 +550,28 @@ class ChatRepository:
         """
         parsed = parse_feedback(item, chat_id=chat_id, limits=self._limits)
         now = _now()
+        known_message = (
+            true()
+            if parsed.message_uid is None
+            else select(messages.c.position)
+            .where(messages.c.chat_id == chat_id, messages.c.uid == parsed.message_uid)
+            .exists()
+        )
         with self._write():
             self._bump(chat_id, None, now)
-            if parsed.message_uid is not None:
-                found = self._session.execute(
-                    select(messages.c.position).where(
-                        messages.c.chat_id == chat_id, messages.c.uid == parsed.message_uid
-                    )
-                ).first()
-                if found is None:
-                    raise InvalidDocument(
-                        f"feedback on unknown message uid {parsed.message_uid!r}",
-                        chat_id=chat_id,
-                        field="message_uid",
-                    )
-            next_position, clashes = self._session.execute(
+            next_position, clashes, message_found = self._session.execute(
                 select(
                     func.coalesce(func.max(feedback.c.position) + 1, 0),
                     func.count(case((feedback.c.id == parsed.id, 1))),
+                    known_message,
                 ).where(feedback.c.chat_id == chat_id)
             ).one()
+            if not message_found:
+                raise InvalidDocument(
+                    f"feedback on unknown message uid {parsed.message_uid!r}",
+                    chat_id=chat_id,
+                    field="message_uid",
+                )
             if clashes:
                 raise InvalidDocument(f"duplicate feedback id {parsed.id!r}", chat_id=chat_id, field="id")
             self._insert(feedback, [feedback_to_row(chat_id, next_position, parsed, now=now)])
