@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import event, make_url, text
+from sqlalchemy import make_url, text
 from sqlalchemy.orm import Session
 
 from chatarchive import (
@@ -27,6 +27,7 @@ from chatarchive._schema import PG_SEARCH_INDEXES
 
 from .analytics_fixture import CHATS
 from .async_shim import in_sync_session
+from .statements import recorded_statements
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -572,16 +573,8 @@ def test_a_time_range_of_daily_usage_reads_only_that_range(pg_archive: tuple[Cha
     )
     with archive.engine.begin() as connection:
         connection.exec_driver_sql("ANALYZE messages")
-    executed: list[tuple[str, Any]] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool) -> None:
-        executed.append((statement, parameters))
-
-    event.listen(archive.engine, "before_cursor_execute", record)
-    try:
+    with recorded_statements(archive.engine) as executed:
         rows = analytics.daily_usage(archive, since=start + timedelta(days=499))
-    finally:
-        event.remove(archive.engine, "before_cursor_execute", record)
     assert [(row.day, row.chats, row.messages) for row in rows] == [(date(2026, 5, 15), 1, 2)]
     (statement, parameters), *_ = [(s, p) for s, p in executed if "GROUP BY" in s]
     with archive.engine.connect() as connection:

@@ -335,14 +335,16 @@ def test_a_failed_save_many_does_not_wait_for_more_input(
         more_input.wait()
         yield from generate_chats(1, 4, seed=2)
 
+    def save() -> int:
+        if api == "sync":
+            return archive.save_many(stalled(), batch_size=5, writers=writers)
+        async_archive = AsyncChatArchive(engine=async_engine)
+        return runner.run(async_archive.save_many(stalled(), batch_size=5, writers=writers))
+
     waiting.start()
     try:
         with pytest.raises(ChatArchiveError):
-            if api == "sync":
-                archive.save_many(stalled(), batch_size=5, writers=writers)
-            else:
-                async_archive = AsyncChatArchive(engine=async_engine)
-                runner.run(async_archive.save_many(stalled(), batch_size=5, writers=writers))
+            save()
         assert not more_input.is_set()  # it did not wait for the input
     finally:
         more_input.set()

@@ -24,6 +24,7 @@ from chatarchive import (
 )
 from chatarchive._schema import metadata
 
+from .statements import recorded_statements
 from .strategies import canonical_documents, message_lists
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -385,26 +386,17 @@ def test_writes_with_or_without_update_returning(
 
 
 def test_append_looks_up_only_the_uids_it_was_given(repo: ChatRepository, session: Session) -> None:
-    from sqlalchemy import event
-
     repo.save(tool_chat())
-    statements: list[str] = []
-
-    def record(*args: Any) -> None:
-        statements.append(" ".join(args[2].split()))
-
     engine = session.get_bind()
-    event.listen(engine, "before_cursor_execute", record)
-    try:
+    with recorded_statements(engine) as made_here:
         repo.append("c1", [{"role": "user", "content": "a new uid is made here"}])
-        made_here = list(statements)
-        statements.clear()
+    with recorded_statements(engine) as given:
         repo.append("c1", [{"role": "user", "content": "given", "uid": "u-1"}])
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
-    lookups = [s for s in made_here + statements if s.startswith("SELECT messages.uid")]
+    lookups = [
+        (s, made) for made in (made_here, given) for s, _ in made if s.startswith("SELECT messages.uid")
+    ]
     assert len(lookups) == 1
-    assert lookups[0] in statements
+    assert lookups[0][1] is given
     assert [m.uid for m in repo.get("c1").messages][-1] == "u-1"
 
 
@@ -714,27 +706,17 @@ def test_get_many_and_export(repo: ChatRepository) -> None:
 
 
 def test_get_uses_a_fixed_number_of_queries(repo: ChatRepository, session: Session) -> None:
-    from sqlalchemy import event
-
     repo.save(tool_chat("small"))
     big = tool_chat("big")
     repo.save(big)
     repo.append("big", [{"role": "user", "content": [{"type": "text", "text": str(i)}]} for i in range(200)])
-    statements: list[str] = []
-
-    def count(*args: Any) -> None:
-        statements.append(args[2])
-
     engine = session.get_bind()
-    event.listen(engine, "before_cursor_execute", count)
-    try:
+    with recorded_statements(engine) as small:
         repo.get("small")
-        small = len(statements)
-        statements.clear()
+    with recorded_statements(engine) as large:
         repo.get("big")
-        assert len(statements) == small <= 7  # one per table on SQLite, one in all on PostgreSQL
-    finally:
-        event.remove(engine, "before_cursor_execute", count)
+    # One per table on SQLite (and through the asyncio API), one in all on PostgreSQL.
+    assert 1 <= len(large) == len(small) <= 7
 
 
 def test_a_failed_save_leaves_the_transaction_usable(repo: ChatRepository, session: Session) -> None:

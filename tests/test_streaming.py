@@ -29,6 +29,8 @@ from chatarchive import (
 )
 from chatarchive._schema import metadata
 
+from .statements import recorded_statements
+
 chunks_table = metadata.tables["message_chunks"]
 
 
@@ -114,24 +116,13 @@ def test_chunks_are_refused_where_they_do_not_belong(repo: ChatRepository, make_
 
 
 def test_append_chunk_is_one_statement_whatever_came_before(repo: ChatRepository, session: Session) -> None:
-    from sqlalchemy import event
-
     repo.save({"chat_id": "long", "messages": [{"role": "user", "content": "go"}]})
     answer = repo.begin_message("long")
     for number in range(300):
         repo.append_chunk("long", answer.uid, f"{number} ")
-    statements: list[str] = []
-
-    def count(*args: Any) -> None:
-        statements.append(args[2])
-
-    engine = session.get_bind()
-    event.listen(engine, "before_cursor_execute", count)
-    try:
+    with recorded_statements(session.get_bind()) as executed:
         repo.append_chunk("long", answer.uid, "last")
-    finally:
-        event.remove(engine, "before_cursor_execute", count)
-    inserts = [statement for statement in statements if "message_chunks" in statement]
+    inserts = [statement for statement, _ in executed if "message_chunks" in statement]
     assert len(inserts) == 1
     assert inserts[0].lstrip().upper().startswith("INSERT")
     assert repo.get("long").messages[1].content == "".join(f"{n} " for n in range(300)) + "last"
