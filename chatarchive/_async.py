@@ -10,6 +10,7 @@ types and errors are the synchronous API's; each is awaited.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -31,7 +32,7 @@ from ._exceptions import (
     require_unscoped,
     require_user_id,
 )
-from ._ingest import PreparedBatch, check_writers, prepared_batches, split_by_chat
+from ._ingest import Batches, PreparedBatch, check_writers, prepared_batches, split_by_chat
 from ._repository import ChatChanges, ChatRepository, OnError
 from ._schema import SCHEMA_REVISION, VERSION_TABLE
 from ._search import SearchHit, rebuild_search_index, search_index_of, set_search_index_on
@@ -365,10 +366,12 @@ class AsyncChatArchive:
         if self._engine.dialect.name != "postgresql":
             writers = 1  # one writer at a time
         saved = 0
-        batches = prepared_batches(docs, batch_size, stop_at_error=on_error is None, limits=self._limits)
+        abandoned = threading.Event()
+        batches = prepared_batches(
+            docs, batch_size, stop_at_error=on_error is None, limits=self._limits, abandoned=abandoned
+        )
         try:
-            # Waiting for the preparation thread happens off the event loop.
-            while (batch := await asyncio.to_thread(next, batches, None)) is not None:
+            while (batch := await _next_batch(batches, abandoned)) is not None:
                 if writers == 1:
                     saved += await self._save_prepared(batch, on_error)
                     continue
@@ -604,3 +607,18 @@ class AsyncChatArchive:
             for document in await self._read(partial(ChatRepository.get_many, chat_ids=batch)):
                 yield document
             after = batch[-1]
+
+
+async def _next_batch(batches: Batches, abandoned: threading.Event) -> PreparedBatch | None:
+    """The next of ``batches``, waited for off the event loop. If the caller is
+    cancelled meanwhile (a timeout), the batches are abandoned and the thread
+    that waits for them is let go (within ~0.05 s) before the cancellation goes
+    on, so that they can be closed: a generator cannot be closed while another
+    thread runs it ("generator already executing")."""
+    waiting = asyncio.ensure_future(asyncio.to_thread(next, batches, None))
+    try:
+        return await asyncio.shield(waiting)
+    except asyncio.CancelledError:
+        abandoned.set()
+        await asyncio.wait([waiting])
+        raise

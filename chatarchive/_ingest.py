@@ -32,6 +32,7 @@ from ._types import ArchiveText, JsonObject, UTCDateTime, escape_text, postgres_
 
 __all__ = [
     "WRITER_QUEUE",
+    "Batches",
     "CopyPlan",
     "PreparedBatch",
     "RowWriter",

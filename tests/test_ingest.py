@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import tracemalloc
 from collections.abc import Iterator
 from typing import Any
@@ -352,4 +353,24 @@ def test_a_failed_save_many_does_not_wait_for_more_input(
     for thread in threading.enumerate():
         if thread.name.startswith("chatarchive-"):
             thread.join(timeout=30)
+    assert [t.name for t in threading.enumerate() if t.name.startswith("chatarchive-")] == []
+
+
+def test_a_cancelled_async_save_many_stops_and_raises_the_cancellation(
+    archive: ChatArchive, async_engine: AsyncEngine, runner: asyncio.Runner
+) -> None:
+    """A timeout around the asyncio save_many cancels it as any coroutine: the
+    caller sees the timeout (before: "generator already executing"), batches
+    written so far stay, and its threads end."""
+
+    def slowing_down() -> Iterator[dict[str, Any]]:
+        for number, doc in enumerate(generate_chats(10_000, 2)):
+            if number >= 20:
+                time.sleep(0.05)
+            yield doc
+
+    async_archive = AsyncChatArchive(engine=async_engine)
+    with pytest.raises(TimeoutError):
+        runner.run(asyncio.wait_for(async_archive.save_many(slowing_down(), batch_size=5), timeout=2))
+    assert 20 <= archive.count_chats() < 10_000
     assert [t.name for t in threading.enumerate() if t.name.startswith("chatarchive-")] == []
