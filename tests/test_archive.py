@@ -204,6 +204,18 @@ def test_database_url(monkeypatch: pytest.MonkeyPatch) -> None:
     assert database_url("sqlite:///x.db").drivername == "sqlite"
 
 
+def test_libpq_parameters_in_the_url_reach_the_connection(pg_archive: tuple[ChatArchive, str]) -> None:
+    _, url = pg_archive
+    with ChatArchive(f"{url}?connect_timeout=7&application_name=chat-api") as archive:
+        assert archive.count_chats() == 0
+        with archive.engine.connect() as connection:
+            name = connection.exec_driver_sql(
+                "SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+            ).scalar_one()
+            info = connection.connection.driver_connection.info  # type: ignore[union-attr]
+            assert (name, info.get_parameters()["connect_timeout"]) == ("chat-api", "7")
+
+
 @pytest.mark.parametrize(
     ("url", "reason"),
     [
