@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
@@ -93,8 +94,13 @@ class ChatArchive:
         **engine_options: Any,
     ) -> None:
         self._owns_engine = engine is None
+        self._owner: ChatArchive | None = None  # for_user: the archive whose engine it shares
         if engine is None:
             engine = create_engine(url, statement_timeout=statement_timeout, **engine_options)
+            # An archive dropped without close() (or still open at exit) closes
+            # its connections all the same, rather than leaving them to the
+            # garbage collector (Python 3.13's sqlite3 warns of each one).
+            weakref.finalize(self, engine.dispose)
         self._engine = engine
         self._limits = limits
         self._user_id: str | None = None
@@ -109,6 +115,7 @@ class ChatArchive:
         belong to that user. On PostgreSQL, each transaction also sets
         ``chatarchive.user_id`` for row-level security (``chatarchive db rls on``)."""
         scoped = ChatArchive(engine=self._engine, limits=self._limits)
+        scoped._owner = self._owner or self  # keeps the engine's owner, and its connections, alive
         scoped._user_id = require_user_id(user_id)
         scoped._schema_ready = self._schema_ready
         return scoped

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import Engine, event, text
@@ -214,6 +217,35 @@ def test_libpq_parameters_in_the_url_reach_the_connection(pg_archive: tuple[Chat
             ).scalar_one()
             info = connection.connection.driver_connection.info  # type: ignore[union-attr]
             assert (name, info.get_parameters()["connect_timeout"]) == ("chat-api", "7")
+
+
+def test_an_archive_dropped_without_close_closes_its_connections(pg_archive: tuple[ChatArchive, str]) -> None:
+    """Its connections are closed when it goes, not left to the garbage
+    collector; a for_user view keeps the archive it came from (and its
+    connections) alive."""
+    _, url = pg_archive
+    name = "dropped-archive"
+
+    def backends(expected: int) -> int:
+        """How many connections the archive has, once it is ``expected`` or after 5 s."""
+        with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as admin:
+            for _ in range(100):  # a closed connection's backend takes a moment to go
+                row = admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [name]
+                ).fetchone()
+                count = int(row[0]) if row else -1
+                if count == expected:
+                    break
+                time.sleep(0.05)
+            return count
+
+    scoped = ChatArchive(f"{url}?application_name={name}").for_user("alice")
+    gc.collect()
+    assert scoped.count_chats() == 0  # its owner was dropped: the engine still works
+    assert backends(1) == 1
+    del scoped
+    gc.collect()
+    assert backends(0) == 0
 
 
 @pytest.mark.parametrize(
