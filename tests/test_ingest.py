@@ -371,6 +371,6 @@ def test_a_cancelled_async_save_many_stops_and_raises_the_cancellation(
 
     async_archive = AsyncChatArchive(engine=async_engine)
     with pytest.raises(TimeoutError):
-        runner.run(asyncio.wait_for(async_archive.save_many(slowing_down(), batch_size=5), timeout=2))
+        runner.run(asyncio.wait_for(async_archive.save_many(slowing_down(), batch_size=5), timeout=4))
     assert 20 <= archive.count_chats() < 10_000
     assert [t.name for t in threading.enumerate() if t.name.startswith("chatarchive-")] == []
