@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from datetime import datetime
 from functools import partial
 from queue import Queue
@@ -32,7 +32,6 @@ from ._ingest import (
     WRITER_QUEUE,
     PreparedBatch,
     check_writers,
-    consuming,
     prepared_batches,
     split_by_chat,
 )
@@ -250,7 +249,7 @@ class ChatArchive:
             return self._save_in_parallel(docs, batch_size, writers, on_error)
         batches = prepared_batches(docs, batch_size, stop_at_error=on_error is None, limits=self._limits)
         # Closed on the way out, so that its thread stops even while an error's traceback lives on.
-        with consuming(batches):
+        with closing(batches):
             saved = 0
             for batch in batches:
                 with self._session(savepoints=False) as repo:
@@ -304,7 +303,7 @@ class ChatArchive:
             docs, batch_size, stop_at_error=on_error is None, limits=self._limits, abandoned=failed
         )
         try:
-            with consuming(batches):
+            with closing(batches):
                 for batch in batches:
                     if failures:
                         break

@@ -37,7 +37,6 @@ __all__ = [
     "PreparedBatch",
     "RowWriter",
     "check_writers",
-    "consuming",
     "copy_plan",
     "documents_in_flight",
     "prepared_batches",
@@ -181,22 +180,16 @@ def prepared_batches(
     worker = threading.Thread(target=produce, name="chatarchive-prepare", daemon=True)
     with _collector_paused():
         worker.start()
-        interrupted = False
         try:
             yield from _consume(queue, abandoned or threading.Event())
-        except KeyboardInterrupt:
-            # Not waiting for the producer: it may be waiting for input (a pipe
-            # or a terminal that sends nothing more); it stops at its next item.
-            interrupted = True
-            raise
-        finally:
+        finally:  # done, failed, interrupted (Ctrl-C) or closed early
             stop.set()
-            if not interrupted:
-                _let_end(worker, queue, reading)
+            _let_end(worker, queue, reading)
 
 
-#: How long, at most, a failed save_many waits for its reading thread to get
-#: the input's next item before it gives up on it (seconds).
+#: How long, at most, a save_many that stops early (an error, Ctrl-C) waits
+#: for its reading thread to get the input's next item before it gives up on
+#: it (seconds).
 INPUT_WAIT = 0.5
 
 
@@ -216,21 +209,6 @@ def _let_end(worker: threading.Thread, queue: Queue[object], reading: threading.
         with suppress(Empty):
             queue.get(timeout=0.01)
     worker.join()
-
-
-@contextmanager
-def consuming(batches: Batches) -> Iterator[Batches]:
-    """``batches`` from :func:`prepared_batches`, closed on the way out. On
-    Ctrl-C, wherever the consumer was, the reading thread is not waited for:
-    it may be waiting for input that does not come (a pipe, a terminal)."""
-    try:
-        yield batches
-    except KeyboardInterrupt as exc:
-        with suppress(KeyboardInterrupt):
-            batches.throw(exc)
-        raise
-    finally:
-        batches.close()
 
 
 def _consume(queue: Queue[object], abandoned: threading.Event) -> Iterator[PreparedBatch]:

@@ -7,7 +7,7 @@ import binascii
 import json
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import closing, contextmanager, nullcontext
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any, NoReturn, TypedDict, Unpack
@@ -58,7 +58,7 @@ from ._exceptions import (
     require_text,
     require_user_id,
 )
-from ._ingest import PreparedBatch, consuming, prepared_batches, row_writer
+from ._ingest import PreparedBatch, prepared_batches, row_writer
 from ._rows import (
     ChatRows,
     MessageRows,
@@ -259,7 +259,7 @@ class ChatRepository:
         require_at_least_one(batch_size, "batch_size")
         saved = 0
         batches = prepared_batches(docs, batch_size, stop_at_error=on_error is None, limits=self._limits)
-        with consuming(batches), self._write(), self._bulk_load() if bulk else nullcontext():
+        with closing(batches), self._write(), self._bulk_load() if bulk else nullcontext():
             for batch in batches:
                 saved += self._save_prepared(batch, on_error)
         return saved
