@@ -195,3 +195,77 @@ def canonical_documents(draw: st.DrawFn) -> dict[str, Any]:
     known = {"chat_id", "user_id", "title", "model", "model_settings", "workflow", "metadata", "tags"}
     known |= {"created_at", "updated_at", "messages", "feedback", "version"}
     return {**draw(extras(known)), **document}
+
+
+def _maybe(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """A value for an optional key: ``_ABSENT`` leaves the key out."""
+    return st.one_of(st.just(_ABSENT), strategy)
+
+
+def _present(fields: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in fields.items() if value is not _ABSENT}
+
+
+_seconds = st.floats(min_value=1e9, max_value=2e9)
+_chatgpt_parts = st.lists(st.one_of(text, st.dictionaries(text, json_values, max_size=2)), max_size=3)
+
+
+@st.composite
+def _chatgpt_messages(draw: st.DrawFn) -> dict[str, Any]:
+    content = draw(
+        st.one_of(
+            st.builds(lambda kind, parts: {"content_type": kind, "parts": parts}, text, _chatgpt_parts),
+            st.builds(
+                lambda kind, code: {"content_type": kind, "language": "python", "text": code}, text, text
+            ),
+            st.dictionaries(text, json_values, max_size=2),
+            json_values,
+        )
+    )
+    author = draw(
+        st.one_of(
+            st.builds(
+                lambda role, name: _present({"role": role, "name": name, "metadata": {}}),
+                _maybe(st.one_of(st.sampled_from(["user", "assistant", "system", "tool"]), text, st.none())),
+                _maybe(st.one_of(st.none(), text)),
+            ),
+            json_values,
+        )
+    )
+    fields = {
+        "id": draw(_maybe(text)),
+        "author": author,
+        "create_time": draw(_maybe(st.one_of(st.none(), _seconds))),
+        "content": content,
+        "metadata": draw(_maybe(st.one_of(st.dictionaries(text, json_values, max_size=2), json_values))),
+    }
+    return {**draw(extras(set(fields))), **_present(fields)}
+
+
+@st.composite
+def chatgpt_conversations(draw: st.DrawFn) -> dict[str, Any]:
+    """A conversation of ChatGPT's export: a random tree, a random current node."""
+    size = draw(st.integers(min_value=1, max_value=6))
+    ids = draw(st.lists(text, min_size=size, max_size=size, unique=True))
+    parents: list[str | None] = [None] + [ids[draw(st.integers(0, index - 1))] for index in range(1, size)]
+    mapping = {
+        node_id: {
+            "id": node_id,
+            "message": draw(st.one_of(st.none(), _chatgpt_messages())),
+            "parent": parent,
+            "children": [
+                child for child, its_parent in zip(ids, parents, strict=True) if its_parent == node_id
+            ],
+            **draw(extras({"id", "message", "parent", "children"})),
+        }
+        for node_id, parent in zip(ids, parents, strict=True)
+    }
+    fields = {
+        "title": draw(_maybe(st.one_of(st.none(), text))),
+        "create_time": draw(_maybe(_seconds)),
+        "update_time": draw(_maybe(_seconds)),
+        "conversation_id": draw(_maybe(identifiers)),
+        "current_node": draw(st.sampled_from(ids)),
+        "mapping": mapping,
+    }
+    return {**draw(extras(set(fields) | {"id"})), **_present(fields)}

@@ -8,11 +8,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from sqlalchemy.orm import Session
 
-from chatarchive import ChatArchive, ChatRepository, InvalidDocument, formats
+from chatarchive import ChatArchive, ChatDocument, ChatRepository, InvalidDocument, formats
 from chatarchive.formats import chatgpt, finetune, malevich, masterbrain, sharegpt
 from chatarchive.formats.openai_completions import assemble_chunks, message_from_completion
+
+from .strategies import chatgpt_conversations
 
 MASTERBRAIN: dict[str, Any] = {
     "chat_id": "mb-1",
@@ -173,7 +177,13 @@ def test_sharegpt_round_trips(repo: ChatRepository) -> None:
 
 
 def _node(
-    node_id: str, parent: str | None, children: list[str], role: str | None, text: str | None, at: float = 0
+    node_id: str,
+    parent: str | None,
+    children: list[str],
+    role: str | None,
+    text: str | None,
+    at: float = 0,
+    **message_fields: Any,
 ) -> dict[str, Any]:
     message = None
     if role is not None:
@@ -183,6 +193,7 @@ def _node(
             "create_time": at,
             "content": {"content_type": "text", "parts": [text]},
             "metadata": {},
+            **message_fields,
         }
     return {"id": node_id, "message": message, "parent": parent, "children": children}
 
@@ -192,33 +203,174 @@ CHATGPT: dict[str, Any] = {
     "create_time": 1767225600.5,
     "update_time": 1767225700.25,
     "conversation_id": "conv-1",
+    "id": "conv-1",
+    "is_archived": False,
+    "moderation_results": [],
     "current_node": "a2",
     "mapping": {
-        "root": _node("root", None, ["u1"], None, None),
-        "u1": _node("u1", "root", ["a1", "a2"], "user", "Why two bands?", 1767225601),
-        "a1": _node("a1", "u1", [], "assistant", "First answer (regenerated).", 1767225602),
-        "a2": _node("a2", "u1", [], "assistant", "Second answer.", 1767225603),
+        "root": _node("root", None, ["sys"], None, None),
+        "sys": _node(
+            "sys",
+            "root",
+            ["u1"],
+            "system",
+            "",
+            metadata={"is_visually_hidden_from_conversation": True},
+            create_time=None,
+        ),
+        "u1": {
+            **_node("u1", "sys", ["a1", "a2"], "user", "Why two bands?", 1767225601.1234567),
+            "node_note": "kept",
+        },
+        "a1": _node(
+            "a1",
+            "u1",
+            [],
+            "assistant",
+            "First answer (regenerated).",
+            1767225602,
+            status="finished_successfully",
+        ),
+        "a2": _node(
+            "a2",
+            "u1",
+            ["c2"],
+            "assistant",
+            "Second answer.",
+            1767225603,
+            metadata={"model_slug": "gpt-4o", "citations": [{"start_ix": 0}]},
+            end_turn=True,
+            weight=1.0,
+            recipient="all",
+        ),
     },
 }
+# A turn the user saw after the answer: code, and an image beside text.
+CHATGPT["mapping"]["c2"] = {
+    "id": "c2",
+    "message": {
+        "id": "msg-c2",
+        "author": {"role": "assistant", "name": None, "metadata": {"x": 1}},
+        "create_time": 1767225604.0,
+        "content": {"content_type": "code", "language": "python", "text": "print(2)"},
+        "metadata": {},
+    },
+    "parent": "a2",
+    "children": ["u3"],
+}
+CHATGPT["mapping"]["u3"] = {
+    "id": "u3",
+    "message": {
+        "id": "msg-u3",
+        "author": {"role": "user"},
+        "content": {
+            "content_type": "multimodal_text",
+            "parts": [
+                {"content_type": "image_asset_pointer", "asset_pointer": "file-service://f1"},
+                "This gel?",
+            ],
+        },
+    },
+    "parent": "c2",
+    "children": [],
+}
+CHATGPT["current_node"] = "u3"
 
 
-def test_chatgpt_imports_the_active_path_and_keeps_the_other_branches(repo: ChatRepository) -> None:
+def test_chatgpt_round_trips_the_whole_tree(repo: ChatRepository) -> None:
     doc = chatgpt.to_document(CHATGPT)
     assert doc.chat_id == "conv-1"
     assert doc.title == "Gel question"
     assert [(m.role, m.content) for m in doc.messages] == [
+        ("system", ""),
         ("user", "Why two bands?"),
         ("assistant", "Second answer."),
+        ("assistant", "print(2)"),
+        ("user", doc.messages[-1].content),
     ]
+    last = doc.messages[-1].content
+    assert isinstance(last, list)
+    assert [(part.type, part.text) for part in last] == [("chatgpt_part", None), ("text", "This gel?")]
     assert doc.created_at == datetime.fromtimestamp(1767225600.5, UTC)
     kept = (doc.model_extra or {})["chatgpt"]
     assert kept["other_nodes"] == {"a1": "u1"}
+    assert set(kept["nodes"]) == {"root", "a1"}
     assert kept["root"] == "root"
+    assert (doc.messages[2].model_extra or {})["chatgpt"]["metadata"]["model_slug"] == "gpt-4o"
+    assert chatgpt.from_document(doc) == CHATGPT
     repo.save(doc)
+    assert chatgpt.from_document(repo.get("conv-1")) == CHATGPT
+    assert [hit.message_uid for hit in repo.search("regenerated")] == []  # other branches are not messages
+
+
+def test_chatgpt_export_follows_what_the_archive_changed(repo: ChatRepository) -> None:
+    repo.save(chatgpt.to_document(CHATGPT))
+    repo.truncate("conv-1", 3)  # drop the code and the image turn: answer again
+    repo.append("conv-1", [{"role": "assistant", "content": "Third answer.", "uid": "a3"}])
     exported = chatgpt.from_document(repo.get("conv-1"))
-    assert exported["current_node"] == "a2"
-    assert exported["title"] == "Gel question"
-    assert chatgpt.to_document(exported).to_openai() == doc.to_openai()
+    mapping = exported["mapping"]
+    assert exported["current_node"] == "a3"
+    assert not {"c2", "u3"} & mapping.keys()
+    assert mapping["a2"]["children"] == ["a3"]
+    assert mapping["a3"]["parent"] == "a2"
+    assert mapping["a1"] == CHATGPT["mapping"]["a1"]
+    updated_at = repo.get("conv-1").updated_at
+    assert updated_at is not None
+    assert exported["update_time"] == updated_at.timestamp()
+    again = chatgpt.to_document(exported)
+    assert [m.content for m in again.messages] == ["", "Why two bands?", "Second answer.", "Third answer."]
+
+
+def test_chatgpt_chats_imported_without_their_tree_export_one_branch() -> None:
+    doc = chatgpt.to_document(CHATGPT)
+    # What versions before 0.x kept: no original nodes, no other branches whole.
+    own = {
+        key: value
+        for key, value in (doc.model_extra or {})["chatgpt"].items()
+        if key not in ("nodes", "conversation")
+    }
+    messages = [
+        {
+            **m.model_dump(mode="json"),
+            "chatgpt": {
+                k: v for k, v in (m.model_extra or {})["chatgpt"].items() if k not in ("original", "text_in")
+            },
+        }
+        for m in doc.messages
+    ]
+    old = ChatDocument.parse({**doc.model_dump(mode="json"), "chatgpt": own, "messages": messages})
+    exported = chatgpt.from_document(old)
+    assert exported["current_node"] == "u3"
+    assert list(exported["mapping"]) == ["sys", "u1", "a2", "c2", "u3"]
+    assert exported["mapping"]["u1"]["children"] == ["a2"]
+    again = chatgpt.to_document(exported)
+    assert [(m.role, m.content) for m in again.messages] == [(m.role, m.content) for m in doc.messages]
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(conversation=chatgpt_conversations())
+def test_chatgpt_conversations_round_trip(
+    session: Session, make_repo: Any, conversation: dict[str, Any]
+) -> None:
+    doc = chatgpt.to_document(conversation)
+    path: list[dict[str, Any]] = []
+    node_id = conversation["current_node"]
+    while node_id is not None:
+        path.insert(0, conversation["mapping"][node_id])
+        node_id = path[0]["parent"]
+    assert [(m.model_extra or {})["chatgpt"]["node"] for m in doc.messages] == [
+        node["id"] for node in path if isinstance(node["message"], dict)
+    ]
+    savepoint = session.begin_nested()
+    try:
+        make_repo().save(doc)
+        assert chatgpt.from_document(make_repo().get(doc.chat_id)) == conversation
+    finally:
+        savepoint.rollback()
 
 
 def test_chatgpt_refuses_a_broken_tree() -> None:

@@ -15,7 +15,7 @@ format             what                                           round trip
 ``masterbrain``    Airalogy Masterbrain ``ChatDoc``                exact
 ``malevich``       a list of Malevich Brain messages              exact (timestamps as instants)
 ``sharegpt``       ``{"conversations": [{"from", "value"}]}``      exact
-``chatgpt``        one conversation of ChatGPT's data export      the active path (see README)
+``chatgpt``        one conversation of ChatGPT's data export      exact (all branches; see README)
 ``openai-finetune`` fine-tuning JSONL lines (export only)         -
 =================  =============================================  =====================
 """

@@ -3,18 +3,26 @@
 A conversation is a tree: ``mapping`` holds nodes (``id``, ``message``,
 ``parent``, ``children``) and ``current_node`` the leaf of the branch the user
 last saw. Import takes that active path, from the root down, as the chat's
-messages: each node's message becomes a message with the author's role, the
-text parts as content (one part: a string), and its time. What else is kept:
+messages: each node's message becomes a message with the author's role, its
+text as content (the ``parts`` of its content, one text part being a string;
+or its content's ``text``, as code has) and its time. ``title``,
+``create_time`` and ``update_time`` are the chat's.
 
-- ``title`` is the title; ``create_time`` / ``update_time`` are the chat's times;
-- on each message, under ``chatgpt``: the node id, the message id, its content
-  type and metadata, and the author's name;
-- under the document's ``chatgpt`` key: ``conversation_id``, ``current_node``,
-  the root node id, and the ids of every node not on the active path (other
-  branches: regenerations and edits), with their parent, so nothing is silently
-  dropped. The other branches' messages themselves are not imported.
+Nothing else is dropped, so that export gives back the same conversation:
 
-Export writes a conversation whose mapping is the chat's messages in a line.
+- each message keeps, under ``chatgpt``, its node id, message id, content type,
+  author name and metadata (for SQL), and ``original``: its node as it was,
+  without the text and metadata the message holds;
+- the chat keeps, under ``chatgpt``, ``conversation_id``, ``current_node``, the
+  root node id, ``other_nodes`` (the parent of each node off the active path:
+  regenerations and edits), ``nodes`` (the nodes that are not messages of the
+  chat, whole: the other branches and the message-less root) and
+  ``conversation`` (the conversation's keys other than ``mapping``).
+
+Export rebuilds the tree from these. What the archive changed since import
+(a message's role, content or time, the title, the chat's times) is written as
+the archive has it; messages with no original node (appended in the archive,
+or imported by an earlier version, which kept none) continue the active path.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from chatarchive._document import ChatDocument
+from chatarchive._document import ChatDocument, ContentPart, Message
 from chatarchive._exceptions import InvalidDocument
 
 __all__ = ["KEY", "from_document", "looks_like", "to_document"]
@@ -44,6 +52,17 @@ def _seconds(moment: datetime | None) -> float | None:
     return None if moment is None else moment.timestamp()
 
 
+def _changed(seconds: Any, moment: datetime | None) -> bool:
+    """Whether the archive changed a time the original gave (one it did not
+    give, the archive set to the time of saving: that is not written back)."""
+    given = _time(seconds)
+    return given is not None and given != moment
+
+
+def _role(author: Any) -> str:
+    return (author.get("role") if isinstance(author, dict) else None) or "unknown"
+
+
 def to_document(data: Any) -> ChatDocument:
     if not looks_like(data):
         raise InvalidDocument("a ChatGPT conversation has a 'mapping' and a 'current_node'")
@@ -51,24 +70,31 @@ def to_document(data: Any) -> ChatDocument:
     path: list[str] = []
     node_id = data.get("current_node")
     while node_id is not None:
-        if node_id in path or node_id not in mapping:
+        if node_id in path or node_id not in mapping or not isinstance(mapping[node_id], dict):
             raise InvalidDocument(f"the tree is broken at node {node_id!r}", field="mapping")
         path.append(node_id)
         node_id = mapping[node_id].get("parent")
     path.reverse()
     on_path = set(path)
-    messages = [message for node in path if (message := _message(mapping[node])) is not None]
+    messages = [message for node_id in path if (message := _message(node_id, mapping[node_id])) is not None]
+    carried = {message[KEY]["node"] for message in messages}
+    conversation_id = data.get("conversation_id") or data.get("id")
     document: dict[str, Any] = {
         "title": data.get("title"),
         "messages": messages,
         KEY: {
-            "conversation_id": data.get("conversation_id") or data.get("id"),
+            "conversation_id": conversation_id,
             "current_node": data.get("current_node"),
             "root": path[0] if path else None,
-            "other_nodes": {node: mapping[node].get("parent") for node in mapping if node not in on_path},
+            "other_nodes": {
+                node_id: node.get("parent") if isinstance(node, dict) else None
+                for node_id, node in mapping.items()
+                if node_id not in on_path
+            },
+            "nodes": {node_id: node for node_id, node in mapping.items() if node_id not in carried},
+            "conversation": {key: value for key, value in data.items() if key != "mapping"},
         },
     }
-    conversation_id = data.get("conversation_id") or data.get("id")
     if isinstance(conversation_id, str) and conversation_id:
         document["chat_id"] = conversation_id
     for field, key in (("created_at", "create_time"), ("updated_at", "update_time")):
@@ -78,36 +104,56 @@ def to_document(data: Any) -> ChatDocument:
     return ChatDocument.parse(document)
 
 
-def _message(node: dict[str, Any]) -> dict[str, Any] | None:
+def _message(node_id: str, node: dict[str, Any]) -> dict[str, Any] | None:
     message = node.get("message")
     if not isinstance(message, dict):
         return None
-    author = message.get("author") or {}
-    content = message.get("content") or {}
-    parts = content.get("parts") if isinstance(content, dict) else None
-    texts = [part for part in parts or [] if isinstance(part, str)]
-    others = [part for part in parts or [] if not isinstance(part, str)]
-    result: dict[str, Any] = {"role": author.get("role") or "unknown"}
-    if texts and not others and len(texts) == 1:
-        result["content"] = texts[0]
+    author = message.get("author")
+    content = message.get("content")
+    original = dict(message)
+    result: dict[str, Any] = {"role": _role(author)}
+    kept: dict[str, Any] = {
+        "node": node_id,
+        "message_id": message.get("id"),
+        "content_type": content.get("content_type") if isinstance(content, dict) else None,
+        "author_name": author.get("name") if isinstance(author, dict) else None,
+        "metadata": message.get("metadata") or {},
+    }
+    text_key = _text_key(content)
+    if text_key is None:
+        result["content"] = None
     else:
-        result["content"] = [
-            {"type": "text", "text": part}
-            if isinstance(part, str)
-            else {"type": "chatgpt_part", "part": part}
-            for part in parts or []
-        ]
+        assert isinstance(content, dict)
+        original["content"] = {key: value for key, value in content.items() if key != text_key}
+        kept["text_in"] = text_key
+        result["content"] = _content(content[text_key])
+    if isinstance(original.get("metadata"), dict) and original["metadata"]:
+        del original["metadata"]  # kept["metadata"] holds it
     moment = _time(message.get("create_time"))
     if moment is not None:
         result["created_at"] = moment
-    result[KEY] = {
-        "node": node.get("id"),
-        "message_id": message.get("id"),
-        "content_type": content.get("content_type") if isinstance(content, dict) else None,
-        "author_name": author.get("name"),
-        "metadata": message.get("metadata") or {},
-    }
+    kept["original"] = {**node, "message": original}
+    result[KEY] = kept
     return result
+
+
+def _text_key(content: Any) -> str | None:
+    """Where a message's content holds its text: ``parts`` (a list), or ``text`` (code, output)."""
+    if isinstance(content, dict):
+        if isinstance(content.get("parts"), list):
+            return "parts"
+        if isinstance(content.get("text"), str):
+            return "text"
+    return None
+
+
+def _content(text: str | list[Any]) -> str | list[dict[str, Any]]:
+    """A content's ``text`` or ``parts`` as a message's content: one text part is a string."""
+    if isinstance(text, str):
+        return text
+    if len(text) == 1 and isinstance(text[0], str):
+        return text[0]
+    return [_part(part) for part in text]
 
 
 def _part(part: Any) -> dict[str, Any]:
@@ -115,47 +161,108 @@ def _part(part: Any) -> dict[str, Any]:
     return {"type": "text", "text": part} if isinstance(part, str) else {"type": "chatgpt_part", "part": part}
 
 
-def _part_back(part: Any) -> Any:
+def _part_back(part: ContentPart) -> Any:
     return part.text if part.type == "text" else (part.model_extra or {}).get("part")
 
 
+def _parts(content: str | list[ContentPart] | None) -> list[Any]:
+    if isinstance(content, str):
+        return [content]
+    return [_part_back(part) for part in content or []]
+
+
+def _kept(record: ChatDocument | Message) -> dict[str, Any]:
+    kept = (record.model_extra or {}).get(KEY)
+    return kept if isinstance(kept, dict) else {}
+
+
+def _original(kept: dict[str, Any]) -> dict[str, Any] | None:
+    """The message's node as imported, if it was kept."""
+    original = kept.get("original")
+    return original if isinstance(original, dict) and isinstance(original.get("message"), dict) else None
+
+
 def from_document(doc: ChatDocument) -> Any:
-    own = (doc.model_extra or {}).get(KEY) or {}
-    mapping: dict[str, Any] = {}
-    parent: str | None = None
+    own = _kept(doc)
+    nodes = own.get("nodes")
+    mapping: dict[str, Any] = dict(nodes) if isinstance(nodes, dict) else {}
+    previous: str | None = None
+    last_is_original = False
     for message in doc.messages:
-        kept = (message.model_extra or {}).get(KEY) or {}
-        node_id = kept.get("node") or message.uid
-        content = message.content
-        parts: list[Any]
-        if isinstance(content, str):
-            parts = [content]
-        elif isinstance(content, list):
-            parts = [
-                part.text if part.type == "text" else (part.model_extra or {}).get("part") for part in content
-            ]
+        kept = _kept(message)
+        node_id = kept["node"] if isinstance(kept.get("node"), str) else message.uid
+        original = _original(kept)
+        last_is_original = original is not None
+        if original is not None:
+            node = {**original, "message": _message_back(original["message"], message, kept)}
         else:
-            parts = []
-        mapping[node_id] = {
-            "id": node_id,
-            "message": {
-                "id": kept.get("message_id") or message.uid,
-                "author": {"role": message.role, "name": kept.get("author_name"), "metadata": {}},
-                "create_time": _seconds(message.created_at),
-                "content": {"content_type": kept.get("content_type") or "text", "parts": parts},
-                "metadata": kept.get("metadata") or {},
-            },
-            "parent": parent,
-            "children": [],
+            node = _new_node(node_id, message, kept, parent=previous)
+            if previous is not None:
+                parent = mapping[previous]
+                siblings = parent.get("children")
+                siblings = siblings if isinstance(siblings, list) else []
+                if node_id not in siblings:
+                    mapping[previous] = {**parent, "children": [*siblings, node_id]}
+        mapping[node_id] = node
+        previous = node_id
+    for node_id, node in mapping.items():  # children that were cut off (truncate) are gone
+        children = node.get("children") if isinstance(node, dict) else None
+        if isinstance(children, list) and any(child not in mapping for child in children):
+            mapping[node_id] = {**node, "children": [child for child in children if child in mapping]}
+    conversation = own.get("conversation")
+    if not isinstance(conversation, dict):  # imported before conversations were kept whole
+        return {
+            "title": doc.title,
+            "create_time": _seconds(doc.created_at),
+            "update_time": _seconds(doc.updated_at),
+            "mapping": mapping,
+            "current_node": previous,
+            "conversation_id": own.get("conversation_id") or doc.chat_id,
         }
-        if parent is not None:
-            mapping[parent]["children"].append(node_id)
-        parent = node_id
+    result = {**conversation}
+    if conversation.get("title") != doc.title:
+        result["title"] = doc.title
+    for key, moment in (("create_time", doc.created_at), ("update_time", doc.updated_at)):
+        if _changed(conversation.get(key), moment):
+            result[key] = _seconds(moment)
+    if previous is not None and not (last_is_original and conversation.get("current_node") in mapping):
+        result["current_node"] = previous
+    result["mapping"] = mapping
+    return result
+
+
+def _message_back(original: dict[str, Any], message: Message, kept: dict[str, Any]) -> dict[str, Any]:
+    """The original message, with what the archive holds put back (changed where the archive changed it)."""
+    restored = dict(original)
+    author = original.get("author")
+    if _role(author) != message.role:
+        restored["author"] = {**(author if isinstance(author, dict) else {}), "role": message.role}
+    if _changed(original.get("create_time"), message.created_at):
+        restored["create_time"] = _seconds(message.created_at)
+    metadata = kept.get("metadata")
+    if "metadata" not in original and isinstance(metadata, dict) and metadata:
+        restored["metadata"] = metadata
+    content = original.get("content")
+    text_in = kept.get("text_in")
+    if isinstance(content, dict) and text_in in ("parts", "text"):
+        if text_in == "text" and isinstance(message.content, str):
+            restored["content"] = {**content, "text": message.content}
+        else:
+            restored["content"] = {**content, "parts": _parts(message.content)}
+    return restored
+
+
+def _new_node(node_id: str, message: Message, kept: dict[str, Any], *, parent: str | None) -> dict[str, Any]:
+    """A node for a message that has no original one."""
     return {
-        "title": doc.title,
-        "create_time": _seconds(doc.created_at),
-        "update_time": _seconds(doc.updated_at),
-        "mapping": mapping,
-        "current_node": parent,
-        "conversation_id": own.get("conversation_id") or doc.chat_id,
+        "id": node_id,
+        "message": {
+            "id": kept.get("message_id") or message.uid,
+            "author": {"role": message.role, "name": kept.get("author_name"), "metadata": {}},
+            "create_time": _seconds(message.created_at),
+            "content": {"content_type": kept.get("content_type") or "text", "parts": _parts(message.content)},
+            "metadata": kept.get("metadata") or {},
+        },
+        "parent": parent,
+        "children": [],
     }
