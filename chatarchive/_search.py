@@ -2,8 +2,10 @@
 
 Text is in two places: a string content in ``messages.text``, the text parts of
 a list content in ``content_parts.text``. PostgreSQL: ``websearch_to_tsquery``
-against a GIN index on ``to_tsvector('english', text)`` of each, ranked with
-``ts_rank``, snippets from ``ts_headline``. SQLite: the FTS5 tables
+against a GIN index on ``to_tsvector('english', left(text, 100000))`` of each
+(``to_tsvector`` refuses more than a megabyte of distinct words; the first
+100,000 characters of any text stay under that), ranked with ``ts_rank``,
+snippets from ``ts_headline``. SQLite: the FTS5 tables
 ``message_text_search`` and ``message_search`` (porter stemming), ranked with
 bm25, snippets from ``snippet()``. An archive may drop these indexes to write
 faster and build them again later (:func:`set_search_index_on`). Both take the
@@ -41,6 +43,14 @@ __all__ = [
 #: Marks around matched words in snippets.
 HIGHLIGHT = ("«", "»")
 TEXT_SEARCH_CONFIG = "english"
+#: PostgreSQL indexes (and searches) the first this many characters of each text.
+SEARCHED_CHARACTERS = 100_000
+
+
+def _searched(column: str) -> str:
+    """What PostgreSQL indexes of a text column: the same expression in the
+    indexes and in the queries, so that the queries use the indexes."""
+    return f"to_tsvector('{TEXT_SEARCH_CONFIG}', left({column}, {SEARCHED_CHARACTERS}))"
 
 
 class SearchHit(BaseModel):
@@ -157,6 +167,7 @@ def _postgres_statement(where: str, *, candidates: int) -> TextClause:
     # PostgreSQL caches for the prepared statement (after five runs) cannot
     # know it, and scans every match.
     config = TEXT_SEARCH_CONFIG
+    searched = f"left(best.text, {SEARCHED_CHARACTERS})"
     options = f"StartSel={HIGHLIGHT[0]}, StopSel={HIGHLIGHT[1]}, MaxWords=30, MinWords=10, MaxFragments=2"
     return text(
         f"""
@@ -166,19 +177,19 @@ def _postgres_statement(where: str, *, candidates: int) -> TextClause:
              FROM messages m
              CROSS JOIN q
              JOIN chats c ON c.chat_id = m.chat_id
-             WHERE m.text IS NOT NULL AND to_tsvector('{config}', m.text) @@ q.query{where})
+             WHERE m.text IS NOT NULL AND {_searched("m.text")} @@ q.query{where})
             UNION ALL
             (SELECT p.chat_id, p.message_position, p.text
              FROM content_parts p
              CROSS JOIN q
              JOIN messages m ON m.chat_id = p.chat_id AND m.position = p.message_position
              JOIN chats c ON c.chat_id = p.chat_id
-             WHERE p.type = 'text' AND to_tsvector('{config}', p.text) @@ q.query{where})
+             WHERE p.type = 'text' AND {_searched("p.text")} @@ q.query{where})
             LIMIT {candidates}
         ),
         ranked AS (
             SELECT DISTINCT ON (chat_id, message_position)
-                   chat_id, message_position, text, ts_rank(to_tsvector('{config}', text), q.query) AS rank
+                   chat_id, message_position, text, ts_rank({_searched("text")}, q.query) AS rank
             FROM candidates CROSS JOIN q
             ORDER BY chat_id, message_position, rank DESC
         ),
@@ -186,7 +197,7 @@ def _postgres_statement(where: str, *, candidates: int) -> TextClause:
             SELECT * FROM ranked ORDER BY rank DESC, chat_id, message_position LIMIT :limit
         )
         SELECT best.chat_id, m.uid, m.position, m.role, m.created_at, best.rank,
-               ts_headline('{config}', best.text, q.query, '{options}') AS snippet
+               ts_headline('{config}', {searched}, q.query, '{options}') AS snippet
         FROM best
         JOIN messages m ON m.chat_id = best.chat_id AND m.position = best.message_position
         CROSS JOIN q
@@ -282,7 +293,7 @@ def fts5_query(query: str) -> str | None:
 #: and create again (:func:`set_search_index_on`); a test keeps them equal to
 #: what the migrations create. PostgreSQL: one GIN index over each table's text.
 _MESSAGES_INDEX, _PARTS_INDEX = PG_SEARCH_INDEXES
-_GIN = f"USING gin (to_tsvector('{TEXT_SEARCH_CONFIG}', text))"
+_GIN = f"USING gin ({_searched('text')})"
 _PG_SEARCH_INDEX_DEFINITIONS = {
     _MESSAGES_INDEX: f"ON messages {_GIN} WHERE text IS NOT NULL",
     _PARTS_INDEX: f"ON content_parts {_GIN} WHERE type = 'text'",

@@ -24,6 +24,7 @@ from chatarchive import (
     analytics,
 )
 from chatarchive._schema import PG_SEARCH_INDEXES
+from chatarchive._search import SEARCHED_CHARACTERS
 
 from .analytics_fixture import CHATS
 from .async_shim import in_sync_session
@@ -338,6 +339,43 @@ def test_search_through_the_archive(archive: ChatArchive) -> None:
     assert [h.chat_id for h in archive.search("dimers")] == ["alpha", "alpha"]
     archive.delete("alpha")
     assert archive.search("dimers") == []
+
+
+def test_a_text_of_megabytes_of_distinct_words_is_saved_and_searched(archive: ChatArchive) -> None:
+    # A pasted CSV or log: 2.4 MB whose words are all different. PostgreSQL's
+    # to_tsvector refuses more than 1 MB of distinct words; the indexes on the
+    # whole text made such a message impossible to save.
+    words = [f"w{n:07d}x" for n in range(240_000)]
+    pasted = " ".join(words)
+    doc = {
+        "chat_id": "paste",
+        "messages": [
+            {"role": "user", "content": pasted},
+            {"role": "user", "content": [{"type": "text", "text": pasted}]},
+        ],
+    }
+    archive.save(doc)
+    assert archive.get("paste").to_openai() == doc["messages"]
+    assert [h.position for h in archive.search(words[0])] == [0, 1]
+    hits = archive.search(words[-1])
+    if archive.engine.dialect.name == "postgresql":
+        assert hits == []  # beyond the first SEARCHED_CHARACTERS: not indexed
+        assert len(" ".join(words[:-1])) > SEARCHED_CHARACTERS
+    else:
+        assert [h.position for h in hits] == [0, 1]
+
+
+def test_search_uses_the_full_text_indexes(pg_archive: tuple[ChatArchive, str]) -> None:
+    archive, _ = pg_archive
+    archive.save_many(CHATS)
+    with recorded_statements(archive.engine) as executed:
+        archive.search("primer")
+    (statement, parameters), *_ = [(s, p) for s, p in executed if "websearch_to_tsquery" in s]
+    with archive.engine.connect() as connection:
+        connection.exec_driver_sql("SET enable_seqscan = off")
+        plan = connection.exec_driver_sql(f"EXPLAIN {statement}", parameters).scalars().all()
+    for index in PG_SEARCH_INDEXES:
+        assert any(index in line for line in plan), "\n".join(plan)
 
 
 # 120 messages say "ribosome", 60 say "plasmid", 3 of them say both.
