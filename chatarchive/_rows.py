@@ -44,6 +44,9 @@ _MESSAGE_TEXT_COLUMNS = ("name", "tool_call_id", "model", "finish_reason")
 _CHAT_TEXT_COLUMNS = ("user_id", "title", "model")
 _CHAT_JSON_COLUMNS = ("model_settings", "workflow", "metadata")
 _FEEDBACK_TEXT_COLUMNS = ("message_uid", "user_id", "label", "comment")
+#: Tool call ids longer than this stay in the JSON: their columns are indexed,
+#: and a B-tree entry holds at most ~2.7 kB (the length of the other ids).
+_CALL_ID_LENGTH = 255
 
 
 @dataclass
@@ -81,6 +84,10 @@ def _plain(value: Any) -> Any:
 
 def _is_text(value: Any) -> bool:
     return type(value) is str
+
+
+def _is_call_id(value: Any) -> bool:
+    return type(value) is str and len(value) <= _CALL_ID_LENGTH
 
 
 def _is_int32(value: Any) -> bool:
@@ -173,7 +180,11 @@ def _add_messages(
             if name in _MESSAGE_SKIPPED or name not in values:
                 continue
             value = values[name]
-            if name in _MESSAGE_COLUMNS and value is not None:
+            if (
+                name in _MESSAGE_COLUMNS
+                and value is not None
+                and (name != "tool_call_id" or _is_call_id(value))
+            ):
                 row[name] = value
             else:
                 extra[name] = value  # refusal, audio, function_call, or an explicit null
@@ -237,7 +248,7 @@ def _part_row(chat_id: str, message: int, position: int, part_type: str, text: s
 
 
 def _tool_call_row(chat_id: str, message: int, position: int, call: ToolCall) -> Row:
-    call_id = call.id if _is_text(call.id) else None
+    call_id = call.id if _is_call_id(call.id) else None
     call_type = call.type if _is_text(call.type) else None
     body_key, text_key = _call_keys(call_type)
     name = arguments = None

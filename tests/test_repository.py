@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -190,6 +191,8 @@ HOSTILE = [
     "emoji 😀 and CJK 漢字 and RTL \u202e",
     "line\nbreaks\r\nand\ttabs",
     "x" * 100_000,
+    # Incompressible, longer than a B-tree entry can hold (ids in indexed columns).
+    "".join(random.Random(0).choices([chr(code) for code in range(0x21, 0x7F)], k=6000)),
 ]
 
 
@@ -208,6 +211,7 @@ def test_hostile_strings_survive_everywhere(repo: ChatRepository, value: str) ->
                     {"id": value, "type": "function", "function": {"name": value, "arguments": value}}
                 ],
             },
+            {"role": "tool", "tool_call_id": value, "content": value},
         ],
         chat_id=(value or "c")[:255],
         title=value,
