@@ -125,20 +125,28 @@ def _valid_unicode(text: str) -> bool:
     return True
 
 
-_PLAIN_SCALARS = frozenset({bool, int, type(None), datetime})
+_PLAIN_SCALARS = frozenset({bool, type(None), datetime})
+#: The most digits of an integer Python writes as text (its default
+#: ``sys.get_int_max_str_digits()``): a longer one cannot be written as JSON.
+_INT_DIGITS = 4300
+_INT_BOUND = 10**_INT_DIGITS
 _BAD_UNICODE = "string is not valid Unicode (lone surrogate)"
 
 
 def _json_problem(value: object, depth: int = 0, limit: int = 64) -> _PathError | None:
     """What JSON (and so the archive) cannot hold: non-JSON types, non-string
-    keys, NaN and infinities, strings that are not valid Unicode, nesting deeper
-    than ``limit``. The path is built only when something is wrong (innermost
-    first, reversed at the end)."""
+    keys, NaN and infinities, integers too long to write as text, strings that
+    are not valid Unicode, nesting deeper than ``limit``. The path is built only
+    when something is wrong (innermost first, reversed at the end)."""
     kind = type(value)
     if depth > limit and kind in (dict, list):
         return _PathError(f"JSON nested deeper than {limit} levels", ())
     if kind is str:
         return None if _valid_unicode(value) else _PathError(_BAD_UNICODE, ())  # type: ignore[arg-type]
+    if kind is int:
+        if -_INT_BOUND < value < _INT_BOUND:
+            return None
+        return _PathError(f"integer of more than {_INT_DIGITS} digits", ())
     if kind is dict:
         for key, item in value.items():  # type: ignore[attr-defined]
             if type(key) is not str:
@@ -157,9 +165,11 @@ def _json_problem(value: object, depth: int = 0, limit: int = 64) -> _PathError 
         return None
     if kind is float:
         return None if math.isfinite(value) else _PathError(f"{value} is not a JSON number", ())  # type: ignore[arg-type]
-    if kind in _PLAIN_SCALARS or isinstance(value, (BaseModel, bool, int)):
+    if kind in _PLAIN_SCALARS or isinstance(value, (BaseModel, bool)):
         return None
-    # Subclasses (a StrEnum, an OrderedDict, ...) are checked as their base type.
+    # Subclasses (a StrEnum, an IntEnum, an OrderedDict, ...) are checked as their base type.
+    if isinstance(value, int):
+        return _json_problem(int(value), depth, limit)
     if isinstance(value, str):
         return _json_problem(str.__str__(value), depth, limit)
     if isinstance(value, float):
@@ -208,6 +218,8 @@ class _Record(BaseModel):
             value = values[name] if name in values else extra.get(name)
             kind = type(value)
             if kind in _PLAIN_SCALARS or (kind is str and value.isascii()):  # type: ignore[union-attr]
+                continue
+            if kind is int and -_INT_BOUND < value < _INT_BOUND:
                 continue
             if kind is list and value and isinstance(value[0], BaseModel):
                 continue

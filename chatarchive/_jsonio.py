@@ -23,6 +23,7 @@ import json
 import lzma
 import os
 import re
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -47,6 +48,12 @@ _PIECE = 1 << 20  # a line is read in pieces of at most this many characters
 # (json reports a cut token where the token starts; no token is longer than this).
 _TOKEN = 16
 _decoder = json.JSONDecoder()
+
+
+def _too_long_a_number() -> str:
+    """Why json raised a ValueError that is not a JSONDecodeError: an integer of
+    more digits than Python converts (``sys.get_int_max_str_digits()``)."""
+    return f"integer of more than {sys.get_int_max_str_digits()} digits"
 
 
 @dataclass(frozen=True)
@@ -278,6 +285,8 @@ class _Text:
                 if cut_short and self._read_on():
                     continue
                 raise self.broken(exc.msg, self.pos + into_value) from None
+            except ValueError:
+                raise self.broken(_too_long_a_number(), self.pos) from None
             if end < len(self.text) or not self._read_on():  # a number may go on
                 self.pos = end
                 return value
@@ -381,6 +390,9 @@ def _json_lines(lines: Iterable[str], source: str, *, first_line: int) -> Iterat
             ended_early = exc.msg.startswith("Unterminated") or exc.pos >= len(line.rstrip())
             reason = f"truncated line ({exc.msg})" if ended_early and not line.endswith("\n") else exc.msg
             yield Record(source, number, error=f"invalid JSON: {reason} (column {exc.colno})")
+            continue
+        except ValueError:
+            yield Record(source, number, error=f"invalid JSON: {_too_long_a_number()}")
             continue
         if isinstance(value, list) and not is_message_list(value):
             yield from (Record(source, number, item, index=index) for index, item in enumerate(value))

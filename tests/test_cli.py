@@ -152,6 +152,7 @@ def test_import_reports_bad_records_and_keeps_good_ones(run: Run, tmp_path: Path
         "{not json",
         "",
         json.dumps(DOC["messages"]),
+        '{"chat_id": "huge", "messages": [], "n": ' + "9" * 5000 + "}",  # json raised a ValueError
         json.dumps({"chat_id": "truncated", "messages": [{"role": "user"}]})[:-5],
     ]
     path = write(tmp_path / "mixed.jsonl", "\n".join(lines))
@@ -159,8 +160,9 @@ def test_import_reports_bad_records_and_keeps_good_ones(run: Run, tmp_path: Path
     errors = result.stderr.splitlines()
     assert any(line.startswith(f"{path}:2: chat 'bad-role', message 0, field 'role'") for line in errors)
     assert any(line.startswith(f"{path}:3: invalid JSON") for line in errors)
-    assert any(line.startswith(f"{path}:6: invalid JSON: truncated line") for line in errors)
-    assert "imported 2 chats, 3 failed" in result.stderr
+    assert f"{path}:6: invalid JSON: integer of more than 4300 digits" in errors
+    assert any(line.startswith(f"{path}:7: invalid JSON: truncated line") for line in errors)
+    assert "imported 2 chats, 4 failed" in result.stderr
     assert len(run("export").stdout.splitlines()) == 2
 
 
@@ -179,6 +181,17 @@ def test_import_of_a_cut_list_keeps_the_chats_before_the_cut(run: Run, tmp_path:
         "chat-0",
         "chat-1",
     ]
+
+
+def test_import_of_a_list_reports_a_number_too_long_to_read(run: Run, tmp_path: Path) -> None:
+    run("db", "upgrade")
+    first = json.dumps({**DOC, "chat_id": "first"})
+    path = write(tmp_path / "chats.json", f'[{first}, {{"chat_id": "huge", "n": {"9" * 5000}}}]')
+    result = run("import", path, expect=1)
+    assert (
+        f"{path}:1: invalid JSON: integer of more than 4300 digits (column {len(first) + 4})" in result.stderr
+    )
+    assert "imported 1 chat, 1 failed" in result.stderr
 
 
 def test_export_and_import_compressed_files(run: Run, tmp_path: Path) -> None:

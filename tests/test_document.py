@@ -235,6 +235,23 @@ BAD_DOCUMENTS: list[tuple[Any, dict[str, Any], str]] = [
     ),
     ({"chat_id": "c", "metadata": {"deep": ["\udfff"]}}, {"field": "metadata.deep[0]"}, "Unicode"),
     ({"chat_id": "c", "workflow": {"x": float("nan")}}, {"field": "workflow.x"}, "JSON number"),
+    # Integers Python will not write as text (nor json read): the save failed with a ValueError.
+    ({"chat_id": "c", "metadata": {"n": [1, 10**4300]}}, {"field": "metadata.n[1]"}, "more than 4300 digits"),
+    (
+        {"chat_id": "c", "messages": [{"role": "user", "n": -(10**4300)}]},
+        {"message_index": 0, "field": "n"},
+        "more than 4300 digits",
+    ),
+    (
+        {"chat_id": "c", "messages": [{"role": "user", "usage": {"total_tokens": 10**5000}}]},
+        {"message_index": 0, "field": "usage.total_tokens"},
+        "more than 4300 digits",
+    ),
+    (
+        {"chat_id": "c", "feedback": [{"score": 10**4300}]},
+        {"field": "feedback[0].score"},
+        "more than 4300 digits",
+    ),
     ({"chat_id": "c", "metadata": {"x": {1: "int key"}}}, {"field": "metadata.x"}, "not a string"),
     (
         {"chat_id": "c", "messages": [{"role": "user", "extra": object()}]},
