@@ -373,6 +373,18 @@ def test_chatgpt_conversations_round_trip(
         savepoint.rollback()
 
 
+def test_chatgpt_refuses_times_out_of_range() -> None:
+    # datetime.fromtimestamp raised OverflowError / ValueError out of the import.
+    with pytest.raises(InvalidDocument, match=r"1e\+20 seconds since 1970 is not a time") as caught:
+        chatgpt.to_document({**CHATGPT, "create_time": 1e20})
+    assert caught.value.field == "create_time"
+    mapping = copy.deepcopy(CHATGPT["mapping"])
+    mapping["u1"]["message"]["create_time"] = -1e15
+    with pytest.raises(InvalidDocument, match="not a time") as caught:
+        chatgpt.to_document({**CHATGPT, "mapping": mapping})
+    assert caught.value.field == "mapping['u1'].message.create_time"
+
+
 def test_chatgpt_refuses_a_broken_tree() -> None:
     broken = {**CHATGPT, "current_node": "ghost"}
     with pytest.raises(InvalidDocument, match="ghost"):
@@ -496,6 +508,9 @@ def test_record_completion_from_a_dict_and_from_openai_objects(archive: ChatArch
     )
     with pytest.raises(InvalidDocument, match="choice 5"):
         archive.record_completion("c", COMPLETION, choice=5)
+    with pytest.raises(InvalidDocument, match="not a time") as caught:  # was an OverflowError
+        archive.record_completion("c", {**COMPLETION, "created": 1e20})
+    assert caught.value.field == "created"
 
 
 def _chunk(

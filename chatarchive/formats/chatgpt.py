@@ -27,11 +27,13 @@ or imported by an earlier version, which kept none) continue the active path.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from chatarchive._document import ChatDocument, ContentPart, Message
 from chatarchive._exceptions import InvalidDocument
+
+from ._seconds import time_of
 
 __all__ = ["KEY", "from_document", "looks_like", "to_document"]
 
@@ -42,12 +44,6 @@ def looks_like(data: Any) -> bool:
     return isinstance(data, dict) and isinstance(data.get("mapping"), dict) and "current_node" in data
 
 
-def _time(seconds: Any) -> datetime | None:
-    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
-        return datetime.fromtimestamp(seconds, UTC)
-    return None
-
-
 def _seconds(moment: datetime | None) -> float | None:
     return None if moment is None else moment.timestamp()
 
@@ -55,7 +51,7 @@ def _seconds(moment: datetime | None) -> float | None:
 def _changed(seconds: Any, moment: datetime | None) -> bool:
     """Whether the archive changed a time the original gave (one it did not
     give, the archive set to the time of saving: that is not written back)."""
-    given = _time(seconds)
+    given = time_of(seconds)
     return given is not None and given != moment
 
 
@@ -98,7 +94,7 @@ def to_document(data: Any) -> ChatDocument:
     if isinstance(conversation_id, str) and conversation_id:
         document["chat_id"] = conversation_id
     for field, key in (("created_at", "create_time"), ("updated_at", "update_time")):
-        moment = _time(data.get(key))
+        moment = time_of(data.get(key), key)
         if moment is not None:
             document[field] = moment
     return ChatDocument.parse(document)
@@ -129,7 +125,7 @@ def _message(node_id: str, node: dict[str, Any]) -> dict[str, Any] | None:
         result["content"] = _content(content[text_key])
     if isinstance(original.get("metadata"), dict) and original["metadata"]:
         del original["metadata"]  # kept["metadata"] holds it
-    moment = _time(message.get("create_time"))
+    moment = time_of(message.get("create_time"), f"mapping[{node_id!r}].message.create_time")
     if moment is not None:
         result["created_at"] = moment
     kept["original"] = {**node, "message": original}

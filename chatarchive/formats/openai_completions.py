@@ -17,10 +17,11 @@ last finish reason, and the usage of the final chunk (``stream_options``).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from typing import Any
 
 from chatarchive._exceptions import InvalidDocument
+
+from ._seconds import time_of
 
 __all__ = ["assemble_chunks", "message_from_completion"]
 
@@ -66,9 +67,9 @@ def message_from_completion(completion: Any, *, choice: int = 0) -> dict[str, An
     result.update({key: value for key, value in kept.items() if value is not None})
     if len(choices) > 1:
         result["choice_index"] = choice
-    created = data.get("created")
-    if isinstance(created, (int, float)) and not isinstance(created, bool):
-        result["created_at"] = datetime.fromtimestamp(created, UTC)
+    created = time_of(data.get("created"), "created")
+    if created is not None:
+        result["created_at"] = created
     return result
 
 
