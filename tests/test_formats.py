@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from sqlalchemy.orm import Session
 
@@ -16,7 +19,7 @@ from chatarchive import ChatArchive, ChatDocument, ChatRepository, InvalidDocume
 from chatarchive.formats import chatgpt, finetune, malevich, masterbrain, sharegpt
 from chatarchive.formats.openai_completions import assemble_chunks, message_from_completion
 
-from .strategies import chatgpt_conversations
+from .strategies import chatgpt_conversations, json_values
 
 MASTERBRAIN: dict[str, Any] = {
     "chat_id": "mb-1",
@@ -389,6 +392,12 @@ def test_chatgpt_refuses_a_broken_tree() -> None:
     broken = {**CHATGPT, "current_node": "ghost"}
     with pytest.raises(InvalidDocument, match="ghost"):
         chatgpt.to_document(broken)
+    for node_id in ([1], {"x": 1}):  # were a TypeError (unhashable)
+        with pytest.raises(InvalidDocument, match="broken"):
+            chatgpt.to_document({**CHATGPT, "current_node": node_id})
+        mapping = {**CHATGPT["mapping"], "u1": {**CHATGPT["mapping"]["u1"], "parent": node_id}}
+        with pytest.raises(InvalidDocument, match="broken"):
+            chatgpt.to_document({**CHATGPT, "mapping": mapping})
 
 
 def test_detection() -> None:
@@ -631,3 +640,45 @@ def test_the_cli_imports_and_exports_every_format(tmp_path: Any) -> None:
     wrong = runner.invoke(main, ["--db", url, "import", "--format", "masterbrain", str(forced)])
     assert wrong.exit_code == 1
     assert "Masterbrain" in wrong.output
+
+
+def _paths(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Where a value can be replaced: the whole, and every member at any depth."""
+    yield path
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        yield from _paths(item, (*path, key))
+
+
+def _replaced(value: Any, path: tuple[Any, ...], new: Any) -> Any:
+    if not path:
+        return new
+    copied = copy.deepcopy(value)
+    parent = copied
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = new
+    return copied
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    fixture=st.sampled_from([MASTERBRAIN, MALEVICH, SHAREGPT, CHATGPT, COMPLETION]),
+    data=st.data(),
+    changes=st.lists(json_values, min_size=1, max_size=3),
+)
+def test_damaged_records_of_every_format_raise_only_invalid_document(
+    fixture: Any, data: st.DataObject, changes: list[Any]
+) -> None:
+    # Found: an unhashable current_node or child id, a time out of range.
+    record = fixture
+    for new in changes:
+        record = _replaced(record, data.draw(st.sampled_from(list(_paths(record)))), new)
+    with contextlib.suppress(InvalidDocument):
+        if fixture is COMPLETION:
+            message_from_completion(record)
+            return
+        doc = formats.to_document(record, "auto")
+        for name in formats.EXPORT_FORMATS:
+            with contextlib.suppress(InvalidDocument):
+                json.dumps(formats.export(doc, name), allow_nan=False)

@@ -64,14 +64,15 @@ def to_document(data: Any) -> ChatDocument:
         raise InvalidDocument("a ChatGPT conversation has a 'mapping' and a 'current_node'")
     mapping: dict[str, Any] = data["mapping"]
     path: list[str] = []
+    on_path: set[str] = set()
     node_id = data.get("current_node")
     while node_id is not None:
-        if node_id in path or node_id not in mapping or not isinstance(mapping[node_id], dict):
+        if type(node_id) is not str or node_id in on_path or not isinstance(mapping.get(node_id), dict):
             raise InvalidDocument(f"the tree is broken at node {node_id!r}", field="mapping")
         path.append(node_id)
+        on_path.add(node_id)
         node_id = mapping[node_id].get("parent")
     path.reverse()
-    on_path = set(path)
     messages = [message for node_id in path if (message := _message(node_id, mapping[node_id])) is not None]
     carried = {message[KEY]["node"] for message in messages}
     conversation_id = data.get("conversation_id") or data.get("id")
@@ -203,8 +204,10 @@ def from_document(doc: ChatDocument) -> Any:
         previous = node_id
     for node_id, node in mapping.items():  # children that were cut off (truncate) are gone
         children = node.get("children") if isinstance(node, dict) else None
-        if isinstance(children, list) and any(child not in mapping for child in children):
-            mapping[node_id] = {**node, "children": [child for child in children if child in mapping]}
+        if isinstance(children, list):
+            remaining = [child for child in children if type(child) is not str or child in mapping]
+            if len(remaining) < len(children):
+                mapping[node_id] = {**node, "children": remaining}
     conversation = own.get("conversation")
     if not isinstance(conversation, dict):  # imported before conversations were kept whole
         return {
@@ -221,7 +224,8 @@ def from_document(doc: ChatDocument) -> Any:
     for key, moment in (("create_time", doc.created_at), ("update_time", doc.updated_at)):
         if _changed(conversation.get(key), moment):
             result[key] = _seconds(moment)
-    if previous is not None and not (last_is_original and conversation.get("current_node") in mapping):
+    current = conversation.get("current_node")
+    if previous is not None and not (last_is_original and type(current) is str and current in mapping):
         result["current_node"] = previous
     result["mapping"] = mapping
     return result
