@@ -38,7 +38,7 @@ from ._archive import ChatArchive
 from ._document import ChatDocument
 from ._engine import DEFAULT_URL, URL_ENV
 from ._exceptions import ChatArchiveError, require_moment
-from ._ingest import documents_in_flight
+from ._ingest import MAX_BATCH_SIZE, documents_in_flight
 from ._jsonio import READ_ERRORS, Record, open_text, read_records, written
 from ._transcript import literal, printable, render_transcript
 from .formats import EXPORT_FORMATS, IMPORT_FORMATS
@@ -295,7 +295,11 @@ def _switch(state: str, turn: Callable[[bool], None], current: Callable[[], bool
     "else writes to the archive.",
 )
 @click.option(
-    "--batch-size", default=250, show_default=True, type=click.IntRange(min=1), help="Chats per batch."
+    "--batch-size",
+    default=250,
+    show_default=True,
+    type=click.IntRange(min=1, max=MAX_BATCH_SIZE),
+    help="Chats per batch.",
 )
 @click.option(
     "--writers",

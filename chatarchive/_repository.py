@@ -58,7 +58,7 @@ from ._exceptions import (
     require_text,
     require_user_id,
 )
-from ._ingest import PreparedBatch, prepared_batches, row_writer
+from ._ingest import PreparedBatch, check_batch_size, prepared_batches, row_writer
 from ._rows import (
     ChatRows,
     MessageRows,
@@ -88,6 +88,8 @@ message_chunks = metadata.tables["message_chunks"]
 
 #: Chats deleted per statement by ``delete_older_than``.
 _DELETE_CHUNK = 500
+#: Ids looked up per statement (PostgreSQL takes at most 65,535 parameters).
+_IDS_PER_STATEMENT = 10_000
 # Children first, so that deleting never trips a foreign key.
 _CHILD_TABLES = (feedback, message_chunks, content_parts, tool_calls, messages, chat_tags)
 _DOCUMENT_ORDER = {
@@ -256,7 +258,7 @@ class ChatRepository:
         Returns:
             How many documents were saved.
         """
-        require_at_least_one(batch_size, "batch_size")
+        check_batch_size(batch_size)
         saved = 0
         batches = prepared_batches(docs, batch_size, stop_at_error=on_error is None, limits=self._limits)
         with closing(batches), self._write(), self._bulk_load() if bulk else nullcontext():
@@ -386,11 +388,12 @@ class ChatRepository:
         with self._write():
             count = self._bump(chat_id, expected_version, now, len(parsed))["message_count"]
             taken = None
-            if given:
-                stored = select(messages.c.uid).where(
-                    messages.c.chat_id == chat_id, messages.c.uid.in_(given)
-                )
+            for start in range(0, len(given), _IDS_PER_STATEMENT):
+                uids = given[start : start + _IDS_PER_STATEMENT]
+                stored = select(messages.c.uid).where(messages.c.chat_id == chat_id, messages.c.uid.in_(uids))
                 taken = self._session.execute(stored).scalars().first()
+                if taken is not None:
+                    break
             if taken is not None:
                 index = next(i for i, message in enumerate(parsed) if message.uid == taken)
                 raise InvalidDocument(

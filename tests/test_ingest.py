@@ -278,6 +278,42 @@ def test_writers_must_be_one_or_more_and_one_for_a_bulk_load(archive: ChatArchiv
         archive.save_many([], bulk=True, writers=2)
 
 
+@pytest.mark.parametrize(("batch_size", "reason"), [(0, "at least 1"), (10_001, "at most 10,000")])
+@pytest.mark.parametrize("bulk", [False, True])
+def test_batch_size_is_from_one_to_ten_thousand(
+    archive: ChatArchive,
+    async_engine: AsyncEngine,
+    runner: asyncio.Runner,
+    batch_size: int,
+    reason: str,
+    bulk: bool,
+) -> None:
+    with pytest.raises(InvalidDocument, match=reason) as raised:
+        archive.save_many([], batch_size=batch_size, bulk=bulk)
+    assert raised.value.field == "batch_size"
+    with pytest.raises(InvalidDocument, match=reason):
+        runner.run(AsyncChatArchive(engine=async_engine).save_many([], batch_size=batch_size, bulk=bulk))
+
+
+def test_a_batch_of_ten_thousand_chats_replaces_them(archive: ChatArchive) -> None:
+    # Above 65,535 ids, PostgreSQL refused the batch's lookup with a bare database error.
+    docs = [{"chat_id": f"c{n}", "messages": []} for n in range(10_000)]
+    assert archive.save_many(docs, batch_size=10_000) == 10_000
+    assert archive.save_many(docs, batch_size=10_000) == 10_000
+    assert archive.count_chats() == 10_000
+
+
+def test_an_append_of_more_messages_than_a_statement_takes_parameters(archive: ChatArchive) -> None:
+    # Its uids are checked against the chat's; 70,000 of them in one IN (...) were a database error.
+    archive.save({"chat_id": "long", "messages": [{"role": "user", "content": "x", "uid": "last"}]})
+    many = [{"role": "user", "content": "x", "uid": f"u{n}"} for n in range(70_000)]
+    with pytest.raises(InvalidDocument, match="'last' is already in the chat") as raised:
+        archive.append("long", [*many, {"role": "user", "content": "x", "uid": "last"}])
+    assert raised.value.message_index == 70_000
+    archive.append("long", many)
+    assert archive.get("long").messages[-1].uid == "u69999"
+
+
 def test_parallel_writers_through_asyncio(
     archive: ChatArchive, engine: Engine, async_engine: AsyncEngine, runner: asyncio.Runner
 ) -> None:
