@@ -15,7 +15,7 @@ import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy import URL, inspect
 
-from chatarchive import ChatArchive, InvalidDocument, SchemaNotReady, create_engine
+from chatarchive import ChatArchive, DatabaseError, InvalidDocument, SchemaNotReady, create_engine
 from chatarchive._migrations import alembic_config, check, current_revision, downgrade, upgrade
 from chatarchive._schema import SCHEMA_REVISION, SEARCH_OBJECTS, VERSION_TABLE, metadata
 
@@ -309,3 +309,22 @@ def test_every_column_of_the_archive_explains_itself(pg_archive: tuple[ChatArchi
     assert undescribed == []
     assert tables == []
     assert views == 5
+
+
+def test_0009_lets_text_of_megabytes_of_distinct_words_in_and_keeps_it_on_the_way_down(
+    pg_archive: tuple[ChatArchive, str],
+) -> None:
+    """Migration 0009 indexes the first 100,000 characters of each text. An
+    archive holding a text the old indexes cannot take refuses to go back below
+    it, and is left as it was."""
+    archive, _ = pg_archive
+    pasted = " ".join(f"w{n:07d}x" for n in range(240_000))  # 2.4 MB, every word different
+    archive.save({"chat_id": "paste", "messages": [{"role": "user", "content": pasted}]})
+    with pytest.raises(DatabaseError, match="too long for tsvector"):
+        archive.downgrade("0008")
+    assert archive.current_revision() == SCHEMA_REVISION
+    assert [hit.chat_id for hit in archive.search("w0000000x")] == ["paste"]
+    archive.delete("paste")
+    archive.downgrade("0008")
+    archive.upgrade()
+    assert archive.check() == []
