@@ -88,7 +88,7 @@ message_chunks = metadata.tables["message_chunks"]
 
 #: Chats deleted per statement by ``delete_older_than``.
 _DELETE_CHUNK = 500
-#: Ids looked up per statement (PostgreSQL takes at most 65,535 parameters).
+#: Ids looked up per statement (see _in_pieces).
 _IDS_PER_STATEMENT = 10_000
 # Children first, so that deleting never trips a foreign key.
 _CHILD_TABLES = (feedback, message_chunks, content_parts, tool_calls, messages, chat_tags)
@@ -388,8 +388,7 @@ class ChatRepository:
         with self._write():
             count = self._bump(chat_id, expected_version, now, len(parsed))["message_count"]
             taken = None
-            for start in range(0, len(given), _IDS_PER_STATEMENT):
-                uids = given[start : start + _IDS_PER_STATEMENT]
+            for uids in _in_pieces(given):
                 stored = select(messages.c.uid).where(messages.c.chat_id == chat_id, messages.c.uid.in_(uids))
                 taken = self._session.execute(stored).scalars().first()
                 if taken is not None:
@@ -734,7 +733,8 @@ class ChatRepository:
 
     def get_many(self, chat_ids: Iterable[str]) -> list[ChatDocument]:
         """Stored chats in the order asked, unknown ids skipped; a fixed number
-        of queries however many chats and messages there are."""
+        of queries however many messages there are (PostgreSQL: one; SQLite:
+        one per table for every 10,000 chats)."""
         wanted = requested_ids(chat_ids)
         return self._load(wanted) if wanted else []
 
@@ -992,17 +992,16 @@ class ChatRepository:
         return row
 
     def _rows_table_by_table(self, chat_ids: Sequence[str]) -> tuple[_Rows, _Children]:
-        """SQLite: one query per table (a transaction keeps one snapshot)."""
-        found = (
-            self._session.execute(self._scoped(select(chats).where(chats.c.chat_id.in_(chat_ids))))
-            .mappings()
-            .all()
-        )
+        """SQLite: one query per table for every ``_IDS_PER_STATEMENT`` chats (a
+        transaction keeps one snapshot)."""
+        found: list[Mapping[Any, Any]] = []
+        for ids in _in_pieces(chat_ids):
+            query = self._scoped(select(chats).where(chats.c.chat_id.in_(ids)))
+            found += self._session.execute(query).mappings()
         children: _Children = {row["chat_id"]: {table: [] for table in _DOCUMENT_ORDER} for row in found}
-        if found:
-            visible = list(children)
+        for ids in _in_pieces(list(children)):
             for table, order in _DOCUMENT_ORDER.items():
-                query = select(table).where(table.c.chat_id.in_(visible)).order_by(*order)
+                query = select(table).where(table.c.chat_id.in_(ids)).order_by(*order)
                 for child in self._session.execute(query).mappings():
                     children[child["chat_id"]][table].append(child)
         return found, children
@@ -1074,12 +1073,19 @@ class ChatRepository:
         return version
 
     def _load(self, chat_ids: Sequence[str]) -> list[ChatDocument]:
-        """Whole documents for ``chat_ids`` in a fixed number of queries."""
+        """Whole documents for ``chat_ids`` (see :meth:`get_many`)."""
         with self._read():
             if self._session.get_bind().dialect.name == "postgresql":
                 return load_documents(self._session.connection(), chat_ids, user_id=self._user_id)
             found, children = self._rows_table_by_table(chat_ids)
         return _documents(chat_ids, found, children)
+
+
+def _in_pieces(ids: Sequence[str]) -> Iterator[Sequence[str]]:
+    """``ids`` in pieces small enough for one ``IN (...)`` (PostgreSQL takes at
+    most 65,535 parameters, SQLite 32,766 or 250,000 as built)."""
+    for start in range(0, len(ids), _IDS_PER_STATEMENT):
+        yield ids[start : start + _IDS_PER_STATEMENT]
 
 
 def _documents(chat_ids: Sequence[str], found: _Rows, children: _Children) -> list[ChatDocument]:

@@ -682,6 +682,14 @@ def test_list_chats_pages_newest_first(repo: ChatRepository) -> None:
         repo.list_chats(limit=0)
 
 
+def test_get_many_takes_any_number_of_ids(repo: ChatRepository) -> None:
+    # 300,000 ids in one IN (...) were "too many SQL variables" on SQLite.
+    repo.save_many([tool_chat(f"c{n}") for n in range(3)])
+    asked = [f"c{n}" for n in range(300_000, 0, -1)] + ["c0"]
+    assert [doc.chat_id for doc in repo.get_many(asked)] == ["c2", "c1", "c0"]
+    assert [len(doc.messages) for doc in repo.get_many(asked)] == [len(tool_chat("c").messages)] * 3
+
+
 def test_get_many_and_export(repo: ChatRepository) -> None:
     for index in range(5):
         repo.save(
