@@ -92,13 +92,11 @@ class AsyncChatRepository:
     async def append(
         self,
         chat_id: str,
-        new_messages: Iterable[Message | Mapping[str, Any]],
+        messages: Iterable[Message | Mapping[str, Any]],
         *,
         expected_version: int | None = None,
     ) -> list[Message]:
-        return await self._run(
-            lambda repo: repo.append(chat_id, new_messages, expected_version=expected_version)
-        )
+        return await self._run(lambda repo: repo.append(chat_id, messages, expected_version=expected_version))
 
     async def record_completion(self, chat_id: str, completion: Any, *, choice: int = 0) -> Message:
         return await self._run(lambda repo: repo.record_completion(chat_id, completion, choice=choice))
@@ -124,8 +122,8 @@ class AsyncChatRepository:
     async def complete_message(self, chat_id: str, message_uid: str, **fields: Any) -> Message:
         return await self._run(lambda repo: repo.complete_message(chat_id, message_uid, **fields))
 
-    async def add_feedback(self, chat_id: str, item: Feedback | Mapping[str, Any]) -> Feedback:
-        return await self._run(lambda repo: repo.add_feedback(chat_id, item))
+    async def add_feedback(self, chat_id: str, feedback: Feedback | Mapping[str, Any]) -> Feedback:
+        return await self._run(lambda repo: repo.add_feedback(chat_id, feedback))
 
     async def delete_feedback(
         self, chat_id: str, feedback_id: str, *, expected_version: int | None = None

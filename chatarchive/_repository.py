@@ -85,6 +85,9 @@ content_parts = metadata.tables["content_parts"]
 tool_calls = metadata.tables["tool_calls"]
 feedback = metadata.tables["feedback"]
 message_chunks = metadata.tables["message_chunks"]
+# The same two tables, for the methods whose parameters (``messages``, ``feedback``) hide them.
+_message_table = messages
+_feedback_table = feedback
 
 #: Chats deleted per statement by ``delete_older_than``.
 _DELETE_CHUNK = 500
@@ -350,20 +353,20 @@ class ChatRepository:
     def append(
         self,
         chat_id: str,
-        new_messages: Iterable[Message | Mapping[str, Any]],
+        messages: Iterable[Message | Mapping[str, Any]],
         *,
         expected_version: int | None = None,
     ) -> list[Message]:
         """Add messages at the end of a chat, without touching earlier rows.
 
-        Errors name the message by its index in ``new_messages``.
+        Errors name the message by its index in ``messages``.
 
         Returns:
             The messages as stored (uids and timestamps filled in).
         """
-        if not isinstance(new_messages, (str, bytes, Mapping, Message)):  # refused by parse_messages
-            new_messages = list(new_messages)  # read twice: parsed, then for the uids they came with
-        parsed = parse_messages(new_messages, chat_id=chat_id, limits=self._limits)
+        if not isinstance(messages, (str, bytes, Mapping, Message)):  # refused by parse_messages
+            messages = list(messages)  # read twice: parsed, then for the uids they came with
+        parsed = parse_messages(messages, chat_id=chat_id, limits=self._limits)
         seen: set[str] = set()
         for index, message in enumerate(parsed):
             if message.uid in seen:
@@ -381,7 +384,7 @@ class ChatRepository:
         # stored message has: only the uids that came with the messages are looked up.
         given = [
             message.uid
-            for raw, message in zip(new_messages, parsed, strict=True)
+            for raw, message in zip(messages, parsed, strict=True)
             if not (isinstance(raw, Mapping) and "uid" not in raw)
         ]
         now = _now()
@@ -389,7 +392,9 @@ class ChatRepository:
             count = self._bump(chat_id, expected_version, now, len(parsed))["message_count"]
             taken = None
             for uids in _in_pieces(given):
-                stored = select(messages.c.uid).where(messages.c.chat_id == chat_id, messages.c.uid.in_(uids))
+                stored = select(_message_table.c.uid).where(
+                    _message_table.c.chat_id == chat_id, _message_table.c.uid.in_(uids)
+                )
                 taken = self._session.execute(stored).scalars().first()
                 if taken is not None:
                     break
@@ -544,13 +549,13 @@ class ChatRepository:
         reason = "the message is already complete" if completed else f"no message with uid {message_uid!r}"
         raise InvalidDocument(reason, chat_id=chat_id, field="message_uid")
 
-    def add_feedback(self, chat_id: str, item: Feedback | Mapping[str, Any]) -> Feedback:
+    def add_feedback(self, chat_id: str, feedback: Feedback | Mapping[str, Any]) -> Feedback:
         """Attach feedback to a chat (or to one of its messages, by ``message_uid``).
 
         Returns:
             The feedback as stored (id and timestamp filled in).
         """
-        parsed = parse_feedback(item, chat_id=chat_id, limits=self._limits)
+        parsed = parse_feedback(feedback, chat_id=chat_id, limits=self._limits)
         now = _now()
         known_message = (
             true()
@@ -563,10 +568,10 @@ class ChatRepository:
             self._bump(chat_id, None, now)
             next_position, clashes, message_found = self._session.execute(
                 select(
-                    func.coalesce(func.max(feedback.c.position) + 1, 0),
-                    func.count(case((feedback.c.id == parsed.id, 1))),
+                    func.coalesce(func.max(_feedback_table.c.position) + 1, 0),
+                    func.count(case((_feedback_table.c.id == parsed.id, 1))),
                     known_message,
-                ).where(feedback.c.chat_id == chat_id)
+                ).where(_feedback_table.c.chat_id == chat_id)
             ).one()
             if not message_found:
                 raise InvalidDocument(
@@ -576,7 +581,7 @@ class ChatRepository:
                 )
             if clashes:
                 raise InvalidDocument(f"duplicate feedback id {parsed.id!r}", chat_id=chat_id, field="id")
-            self._insert(feedback, [feedback_to_row(chat_id, next_position, parsed, now=now)])
+            self._insert(_feedback_table, [feedback_to_row(chat_id, next_position, parsed, now=now)])
         return parsed if parsed.created_at else parsed.model_copy(update={"created_at": now})
 
     def delete_feedback(self, chat_id: str, feedback_id: str, *, expected_version: int | None = None) -> int:

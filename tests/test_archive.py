@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -20,9 +21,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from chatarchive import (
     DEFAULT_URL,
     AsyncChatArchive,
+    AsyncChatRepository,
     ChatArchive,
     ChatDocument,
     ChatNotFound,
+    ChatRepository,
     ConflictError,
     DatabaseError,
     InvalidDocument,
@@ -381,3 +384,36 @@ def test_a_database_that_cannot_hold_any_text_is_refused_up_front(tmp_path: Path
         )
         assert result.exit_code == 1
         assert f"encoded {encoding}" in result.output
+
+
+def _parameters(method: object) -> list[tuple[str, str, object]]:
+    signature = inspect.signature(method)  # type: ignore[arg-type]
+    return [(p.name, p.kind.name, p.default) for p in list(signature.parameters.values())[1:]]
+
+
+def test_the_api_classes_take_the_same_arguments() -> None:
+    """A call moved between ChatArchive, the repository of its transaction() and their
+    asyncio twins works with the same keyword arguments: each repository call's
+    parameters are the archive's (which may take more, such as ``writers``)."""
+    only_the_archives = {("save_many", "writers"), ("delete_older_than", "batch_size")}
+    only_the_repositories = {("delete_older_than", "limit")}
+    compared = 0
+    for repository, archive in ((ChatRepository, ChatArchive), (AsyncChatRepository, AsyncChatArchive)):
+        for name in sorted(set(vars(repository)) & set(vars(archive))):
+            if name.startswith("_") or not callable(getattr(repository, name)):
+                continue
+            mine = [
+                p for p in _parameters(getattr(repository, name)) if (name, p[0]) not in only_the_repositories
+            ]
+            theirs = [p for p in _parameters(getattr(archive, name)) if (name, p[0]) not in only_the_archives]
+            assert mine == theirs, (repository.__name__, archive.__name__, name)
+            compared += 1
+    for sync, twin in ((ChatRepository, AsyncChatRepository), (ChatArchive, AsyncChatArchive)):
+        for name in sorted(set(vars(sync)) & set(vars(twin))):
+            if not name.startswith("_") and callable(getattr(sync, name)):
+                assert _parameters(getattr(sync, name)) == _parameters(getattr(twin, name)), (
+                    twin.__name__,
+                    name,
+                )
+                compared += 1
+    assert compared > 40
