@@ -184,7 +184,11 @@ def _translate(orig: BaseException | None, *, lost: bool) -> ChatArchiveError:
     sqlstate = getattr(orig, "sqlstate", None)
     if isinstance(sqlstate, str):
         if sqlstate.startswith("23"):
-            constraint = getattr(getattr(orig, "diag", None), "constraint_name", None)
+            diagnostic = getattr(orig, "diag", None)
+            constraint = getattr(diagnostic, "constraint_name", None)
+            detail = getattr(diagnostic, "message_detail", None)  # "Key (chat_id)=(...) already exists."
+            if isinstance(detail, str) and detail.strip():
+                summary = f"{summary}: {_clipped(detail.strip().splitlines()[0])}"
             return ConflictError(f"write conflicts with stored data (constraint {constraint}): {summary}")
         if sqlstate in _CONFLICT_STATES:
             return ConflictError(f"concurrent write, try again: {summary}")
@@ -196,3 +200,9 @@ def _translate(orig: BaseException | None, *, lost: bool) -> ChatArchiveError:
     what = "database connection lost" if lost else "database error"
     code = f" [{sqlstate}]" if isinstance(sqlstate, str) else ""
     return DatabaseError(f"{what}{code}: {summary}")
+
+
+def _clipped(text: str, limit: int = 300) -> str:
+    """``text``, cut to ``limit`` characters: a key in an error message may be
+    a chat id of any length."""
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"

@@ -89,6 +89,10 @@ message_chunks = metadata.tables["message_chunks"]
 _message_table = messages
 _feedback_table = feedback
 
+#: How often ``save`` looks for a chat that another writer keeps creating
+#: (and deleting) between its lookup and its insert before it gives up.
+_CREATE_ATTEMPTS = 3
+
 #: Chats deleted per statement by ``delete_older_than``.
 _DELETE_CHUNK = 500
 #: Ids looked up per statement (see _in_pieces).
@@ -216,22 +220,29 @@ class ChatRepository:
         """
         doc = self._owned(ChatDocument.parse(doc, limits=self._limits))
         with self._write():
-            current = self._lock_row(doc.chat_id)
-            if current is not None and not self._visible(current):
-                raise ChatNotFound(doc.chat_id)
-            stored = 0 if current is None else current["version"]
-            if expected_version is not None and stored != expected_version:
-                raise ConflictError(f"chat {doc.chat_id!r} is at version {stored}, not {expected_version}")
-            rows = document_to_rows(doc, now=_now(), version=stored + 1)
-            if current is None:
-                self._insert(chats, [rows.chat])
-            else:
-                self._delete_children(chats.c.chat_id == doc.chat_id)
-                self._execute(update(chats).where(chats.c.chat_id == doc.chat_id).values(rows.chat))
-            self._insert(chat_tags, rows.tags)
-            self._insert_messages(rows)
-            self._insert(feedback, rows.feedback)
-        return stored + 1
+            for _ in range(_CREATE_ATTEMPTS):
+                current = self._lock_row(doc.chat_id)
+                if current is not None and not self._visible(current):
+                    raise ChatNotFound(doc.chat_id)
+                stored = 0 if current is None else current["version"]
+                if expected_version is not None and stored != expected_version:
+                    raise ConflictError(
+                        f"chat {doc.chat_id!r} is at version {stored}, not {expected_version}"
+                    )
+                rows = document_to_rows(doc, now=_now(), version=stored + 1)
+                if current is None:
+                    if not self._create(rows.chat):
+                        continue  # another writer created the chat after the lock found none: replace it
+                else:
+                    self._delete_children(chats.c.chat_id == doc.chat_id)
+                    self._execute(update(chats).where(chats.c.chat_id == doc.chat_id).values(rows.chat))
+                self._insert(chat_tags, rows.tags)
+                self._insert_messages(rows)
+                self._insert(feedback, rows.feedback)
+                return stored + 1
+        if self._user_id is not None:  # there, but row-level security hides it: another user's
+            raise ChatNotFound(doc.chat_id)
+        raise ConflictError(f"chat {doc.chat_id!r} keeps being created by another writer; try again")
 
     def save_many(
         self,
@@ -935,6 +946,19 @@ class ChatRepository:
         selected = select(chats.c.chat_id).where(chat_filter).scalar_subquery()
         for table in _CHILD_TABLES:
             self._execute(delete(table).where(table.c.chat_id.in_(selected)))
+
+    def _create(self, row: Mapping[str, Any]) -> bool:
+        """Insert a new chat row; False if another writer's transaction created
+        the same chat since this one found none (PostgreSQL, where writers to
+        different chats do not wait for each other; SQLite's writers queue for
+        one lock, so the chat cannot appear meanwhile)."""
+        if self._session.get_bind().dialect.name != "postgresql":
+            self._insert(chats, [row])
+            return True
+        created = (
+            postgresql.insert(chats).values(row).on_conflict_do_nothing(index_elements=[chats.c.chat_id])
+        )
+        return self._session.execute(created.returning(chats.c.chat_id)).first() is not None
 
     def _lock_row(self, chat_id: str) -> Mapping[Any, Any] | None:
         """Lock the chat's row for this transaction and return its bookkeeping."""

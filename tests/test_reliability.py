@@ -236,6 +236,74 @@ def test_concurrent_saves_have_one_winner(own_archive: tuple[ChatArchive, str]) 
     assert archive.get("race").version == 2
 
 
+def _while_a_transaction_waits(archive: ChatArchive, first: Any, then: Any) -> Any:
+    """Call ``first(repository)`` in a transaction, then ``then()`` in a thread,
+    which waits for that transaction (its row or write lock); commit, and give
+    what ``then()`` returned or raised."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(then())
+        except ChatArchiveError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    with archive.transaction() as repository:
+        first(repository)
+        thread.start()
+        _wait_for_a_lock_wait(archive)
+    thread.join(60)
+    (result,) = outcome
+    return result
+
+
+def test_two_writers_creating_one_chat_both_succeed_the_later_winning(
+    own_archive: tuple[ChatArchive, str],
+) -> None:
+    """A save replaces whatever is stored, also a chat another writer creates
+    while this save runs (on PostgreSQL its insert waits for that writer's
+    commit, then finds the chat there: before, a ConflictError)."""
+    archive, _ = own_archive
+    later = tool_chat("new", title="later")
+    version = _while_a_transaction_waits(
+        archive,
+        lambda repository: repository.save(tool_chat("new", title="earlier")),
+        lambda: archive.save(later),
+    )
+    assert version == 2
+    stored = archive.get("new")
+    assert (stored.title, stored.version) == ("later", 2)
+    assert [message.uid for message in stored.messages] == [message.uid for message in later.messages]
+    refused = _while_a_transaction_waits(  # expected_version=0, "must not exist yet", still holds
+        archive,
+        lambda repository: repository.save(tool_chat("newer")),
+        lambda: archive.save(tool_chat("newer", title="second"), expected_version=0),
+    )
+    assert isinstance(refused, ConflictError)
+    assert "'newer' is at version 1, not 0" in str(refused)
+    assert archive.get("newer").title is None
+
+
+def test_a_batch_that_loses_a_race_names_the_chat(pg_archive: tuple[ChatArchive, str]) -> None:
+    """Strict save_many (one transaction) whose batch collides with a chat that
+    another writer creates meanwhile: the ConflictError names the chat, and
+    nothing of the batch is stored."""
+    archive, _ = pg_archive
+
+    def load() -> int:
+        with archive.transaction() as repository:
+            return repository.save_many([tool_chat(f"batch-{n}") for n in range(3)])
+
+    failure = _while_a_transaction_waits(
+        archive, lambda repository: repository.save(tool_chat("batch-1", title="first")), load
+    )
+    assert isinstance(failure, ConflictError)
+    assert "Key (chat_id)=(batch-1) already exists" in str(failure)
+    assert [chat.chat_id for chat in archive.list_chats().items] == ["batch-1"]
+    assert archive.get("batch-1").title == "first"
+
+
 def test_feedback_and_appends_do_not_block_each_other(own_archive: tuple[ChatArchive, str]) -> None:
     archive, _ = own_archive
     archive.save(tool_chat("busy"))

@@ -200,6 +200,26 @@ def test_row_level_security_holds_for_raw_sql(pg_archive: tuple[ChatArchive, str
     assert archive.row_level_security() is False
 
 
+def test_under_row_level_security_another_users_chat_id_is_not_found(
+    pg_archive: tuple[ChatArchive, str], app_role: str
+) -> None:
+    """Saving over a chat that row-level security hides (another user's) says
+    ChatNotFound, as the repository's own check does without it, and leaves the
+    chat as it was."""
+    archive, url = pg_archive
+    archive.save(tool_chat("bob-1", user_id="bob", title="bob's"))
+    archive.set_row_level_security(True)
+    as_app = make_url(url).set(username=app_role).render_as_string(hide_password=False)
+    with ChatArchive(as_app) as app:
+        alice = app.for_user("alice")
+        with pytest.raises(ChatNotFound):
+            alice.save(tool_chat("bob-1", title="alice's"))
+        alice.save(tool_chat("alice-1", title="alice's"))
+    stored = archive.get("bob-1")
+    assert (stored.user_id, stored.title, stored.version) == ("bob", "bob's", 1)
+    assert archive.get("alice-1").user_id == "alice"
+
+
 def test_a_users_reads_tell_row_level_security_who_reads(
     pg_archive: tuple[ChatArchive, str], app_role: str
 ) -> None:
