@@ -288,7 +288,8 @@ def test_two_writers_creating_one_chat_both_succeed_the_later_winning(
 def test_a_batch_that_loses_a_race_names_the_chat(pg_archive: tuple[ChatArchive, str]) -> None:
     """Strict save_many (one transaction) whose batch collides with a chat that
     another writer creates meanwhile: the ConflictError names the chat, and
-    nothing of the batch is stored."""
+    nothing of the batch is stored (ChatArchive.save_many without on_error, a
+    transaction a batch, raises the same for that batch)."""
     archive, _ = pg_archive
 
     def load() -> int:
@@ -302,6 +303,23 @@ def test_a_batch_that_loses_a_race_names_the_chat(pg_archive: tuple[ChatArchive,
     assert "Key (chat_id)=(batch-1) already exists" in str(failure)
     assert [chat.chat_id for chat in archive.list_chats().items] == ["batch-1"]
     assert archive.get("batch-1").title == "first"
+    # With on_error (as the CLI import), the batch's chats are then saved one at
+    # a time, and the chat that was created meanwhile is replaced like any other.
+    errors: list[tuple[int, ChatArchiveError]] = []
+    saved = _while_a_transaction_waits(
+        archive,
+        lambda repository: repository.save(tool_chat("batch-4", title="first")),
+        lambda: archive.save_many(
+            [tool_chat(f"batch-{n}", title="loaded") for n in range(3, 6)],
+            on_error=lambda index, error: errors.append((index, error)),
+        ),
+    )
+    assert (saved, errors) == (3, [])
+    assert [(doc.title, doc.version) for doc in archive.get_many(["batch-3", "batch-4", "batch-5"])] == [
+        ("loaded", 1),
+        ("loaded", 2),
+        ("loaded", 1),
+    ]
 
 
 def test_feedback_and_appends_do_not_block_each_other(own_archive: tuple[ChatArchive, str]) -> None:
