@@ -32,6 +32,13 @@ def _url() -> str:
     return database_url(url).render_as_string(hide_password=False)
 
 
+def _lock_timeout() -> str | None:
+    """The statement that bounds each wait for a lock (``lock_timeout``, in
+    milliseconds, given by chatarchive), for this transaction only."""
+    milliseconds = config.attributes.get("lock_timeout")
+    return None if milliseconds is None else f"SET LOCAL lock_timeout = {int(milliseconds)}"
+
+
 def _set_sqlite_foreign_keys(connection: Connection, enabled: bool) -> None:
     # SQLite rebuilds tables to alter them ("batch" mode); foreign keys must be
     # off meanwhile, and the pragma only takes effect outside a transaction.
@@ -87,6 +94,8 @@ def run_migrations(connection: Connection) -> None:
         with context.begin_transaction():
             if not sqlite:  # the same, one at a time, on PostgreSQL
                 connection.execute(text("SELECT pg_advisory_xact_lock(hashtext('chatarchive migrations'))"))
+                if (setting := _lock_timeout()) is not None:  # only once its turn has come
+                    connection.execute(text(setting))
             context.run_migrations()
     finally:
         if sqlite:
@@ -102,6 +111,8 @@ def run_offline() -> None:
         render_as_batch=_url().startswith("sqlite"),
     )
     with context.begin_transaction():
+        if (setting := _lock_timeout()) is not None and not _url().startswith("sqlite"):
+            context.execute(setting)
         context.run_migrations()
 
 

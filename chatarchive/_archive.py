@@ -506,20 +506,27 @@ class ChatArchive:
 
     # -- schema ----------------------------------------------------------------
 
-    def upgrade(self, revision: str = "head") -> None:
-        """Migrate the database to ``revision`` (default: this version's newest)."""
+    def upgrade(self, revision: str = "head", *, lock_timeout: float | None = None) -> None:
+        """Migrate the database to ``revision`` (default: this version's newest).
+
+        ``lock_timeout`` (seconds; PostgreSQL): fail with :class:`ConflictError`,
+        changing nothing, when a lock the migration needs is not free within
+        that time (a long query on a table it alters), rather than wait and
+        hold up every query that comes after it meanwhile.
+        """
         from ._migrations import upgrade
 
         require_unscoped(self._user_id, "upgrade")
-        upgrade(self._engine, revision)
+        upgrade(self._engine, revision, lock_timeout=lock_timeout)
         self._schema_ready = False
 
-    def downgrade(self, revision: str) -> None:
-        """Migrate the database down to ``revision`` (``"base"`` drops every table)."""
+    def downgrade(self, revision: str, *, lock_timeout: float | None = None) -> None:
+        """Migrate the database down to ``revision`` (``"base"`` drops every
+        table); ``lock_timeout`` as for :meth:`upgrade`."""
         from ._migrations import downgrade
 
         require_unscoped(self._user_id, "downgrade")
-        downgrade(self._engine, revision)
+        downgrade(self._engine, revision, lock_timeout=lock_timeout)
         self._schema_ready = False
 
     def current_revision(self) -> str | None:

@@ -186,37 +186,48 @@ _SQL_ONLY = click.option(
 )
 
 
-def _print_migration(archive: ChatArchive, revision: str, *, up: bool) -> None:
+_LOCK_TIMEOUT = click.option(
+    "--lock-timeout",
+    type=click.FloatRange(min=0, min_open=True, max=86_400, max_open=True),
+    metavar="SECONDS",
+    help="PostgreSQL: give up, changing nothing, when a lock the migration needs is not free within "
+    "SECONDS (a long query on a table it alters), instead of waiting while queries pile up behind it.",
+)
+
+
+def _print_migration(archive: ChatArchive, revision: str, *, up: bool, lock_timeout: float | None) -> None:
     from ._migrations import render  # Alembic loads only for the db commands
 
     script = io.StringIO()  # printed whole or not at all: an unknown revision fails after "BEGIN;"
-    render(archive.engine, revision, up=up, output=script)
+    render(archive.engine, revision, up=up, output=script, lock_timeout=lock_timeout)
     sys.stdout.write(script.getvalue())
 
 
 @db.command("upgrade")
 @click.argument("revision", default="head")
 @_SQL_ONLY
-def db_upgrade(revision: str, sql: bool) -> None:
+@_LOCK_TIMEOUT
+def db_upgrade(revision: str, sql: bool, lock_timeout: float | None) -> None:
     """Migrate the database up to REVISION (default: the newest)."""
     archive = _state().archive
     if sql:
-        _print_migration(archive, revision, up=True)
+        _print_migration(archive, revision, up=True, lock_timeout=lock_timeout)
         return
-    archive.upgrade(revision)
+    archive.upgrade(revision, lock_timeout=lock_timeout)
     _stderr.print(f"database at revision {archive.current_revision()}")
 
 
 @db.command("downgrade")
 @click.argument("revision")
 @_SQL_ONLY
-def db_downgrade(revision: str, sql: bool) -> None:
+@_LOCK_TIMEOUT
+def db_downgrade(revision: str, sql: bool, lock_timeout: float | None) -> None:
     """Migrate the database down to REVISION ('base' drops every table)."""
     archive = _state().archive
     if sql:
-        _print_migration(archive, revision, up=False)
+        _print_migration(archive, revision, up=False, lock_timeout=lock_timeout)
         return
-    archive.downgrade(revision)
+    archive.downgrade(revision, lock_timeout=lock_timeout)
     _stderr.print(f"database at revision {archive.current_revision() or 'base'}")
 
 

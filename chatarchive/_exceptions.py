@@ -151,6 +151,7 @@ class DatabaseError(ChatArchiveError):
 # SQLSTATE classes and codes, see https://www.postgresql.org/docs/current/errcodes-appendix.html
 _CONFLICT_STATES = {"40001", "40P01"}  # serialization failure, deadlock
 _SCHEMA_STATES = {"42P01", "42703", "42883"}  # undefined table, column, function
+_LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout ran out (or NOWAIT)
 
 
 @contextmanager
@@ -192,6 +193,8 @@ def _translate(orig: BaseException | None, *, lost: bool) -> ChatArchiveError:
             return ConflictError(f"write conflicts with stored data (constraint {constraint}): {summary}")
         if sqlstate in _CONFLICT_STATES:
             return ConflictError(f"concurrent write, try again: {summary}")
+        if sqlstate == _LOCK_NOT_AVAILABLE:
+            return ConflictError(f"another transaction holds a lock this one needs; try again: {summary}")
         if sqlstate in _SCHEMA_STATES:
             return SchemaNotReady(f"{summary}; run 'chatarchive db upgrade'")
     errorname = getattr(orig, "sqlite_errorname", None)

@@ -52,21 +52,30 @@ def alembic_config() -> Config:
     return config
 
 
-def migrate(connection: Connection, revision: str, *, up: bool) -> None:
-    """Run the migrations on ``connection`` (not in a transaction yet) to ``revision``."""
+def migrate(connection: Connection, revision: str, *, up: bool, lock_timeout: float | None = None) -> None:
+    """Run the migrations on ``connection`` (not in a transaction yet) to ``revision``.
+
+    ``lock_timeout`` (seconds; PostgreSQL): how long the migration may wait for
+    each lock it needs (a table a long query reads, say) before it fails with
+    :class:`ConflictError` and changes nothing, instead of holding up, behind
+    its own wait, every query that comes after it."""
     config = alembic_config()
     config.attributes["connection"] = connection
+    config.attributes["lock_timeout"] = lock_timeout_ms(lock_timeout)
     with _revision_errors(config):
         _direction(up)(config, revision)
 
 
-def render(engine: Engine, revision: str, *, up: bool, output: TextIO) -> None:
+def render(
+    engine: Engine, revision: str, *, up: bool, output: TextIO, lock_timeout: float | None = None
+) -> None:
     """Write to ``output`` the SQL that migrating the database from its current
     revision to ``revision`` would run, without running it (Alembic's offline
     mode), for review or to be run by hand."""
     start = current_revision(engine) or "base"
     config = alembic_config()
     config.attributes["url"] = engine.url
+    config.attributes["lock_timeout"] = lock_timeout_ms(lock_timeout)
     config.output_buffer = output
     with _revision_errors(config):
         _direction(up)(config, f"{start}:{revision}", sql=True)
@@ -88,16 +97,31 @@ def _revision_errors(config: Config) -> Iterator[None]:
         ) from exc
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
+def lock_timeout_ms(seconds: object) -> int | None:
+    """A migration's ``lock_timeout`` in whole milliseconds (at least 1), or
+    ``None`` for none; anything but a positive number of seconds is refused."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < 86_400:
+        raise InvalidDocument(
+            f"lock_timeout must be a number of seconds above 0 and below a day, not {seconds!r}",
+            field="lock_timeout",
+        )
+    return max(1, round(seconds * 1000))
+
+
+def upgrade(engine: Engine, revision: str = "head", *, lock_timeout: float | None = None) -> None:
     """Migrate the database up to ``revision`` (default: the newest)."""
+    lock_timeout_ms(lock_timeout)
     with database_errors(), engine.connect() as connection:
-        migrate(connection, revision, up=True)
+        migrate(connection, revision, up=True, lock_timeout=lock_timeout)
 
 
-def downgrade(engine: Engine, revision: str) -> None:
+def downgrade(engine: Engine, revision: str, *, lock_timeout: float | None = None) -> None:
     """Migrate the database down to ``revision`` (``base``: remove everything)."""
+    lock_timeout_ms(lock_timeout)
     with database_errors(), engine.connect() as connection:
-        migrate(connection, revision, up=False)
+        migrate(connection, revision, up=False, lock_timeout=lock_timeout)
 
 
 def head_revision() -> str | None:

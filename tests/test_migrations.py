@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 import zipfile
 from contextlib import closing
 from pathlib import Path
@@ -13,9 +16,19 @@ from pathlib import Path
 import psycopg
 import pytest
 from alembic.script import ScriptDirectory
+from click.testing import CliRunner
 from sqlalchemy import URL, inspect
 
-from chatarchive import ChatArchive, DatabaseError, InvalidDocument, SchemaNotReady, create_engine
+from chatarchive import (
+    AsyncChatArchive,
+    ChatArchive,
+    ConflictError,
+    DatabaseError,
+    InvalidDocument,
+    SchemaNotReady,
+    create_engine,
+)
+from chatarchive._cli import main
 from chatarchive._migrations import alembic_config, check, current_revision, downgrade, upgrade
 from chatarchive._schema import SCHEMA_REVISION, SEARCH_OBJECTS, VERSION_TABLE, metadata
 
@@ -328,3 +341,73 @@ def test_0009_lets_text_of_megabytes_of_distinct_words_in_and_keeps_it_on_the_wa
     archive.downgrade("0008")
     archive.upgrade()
     assert archive.check() == []
+
+
+def test_a_lock_timeout_bounds_each_wait_for_a_lock_but_not_the_turn(
+    pg_archive: tuple[ChatArchive, str],
+) -> None:
+    """``db upgrade --lock-timeout`` on a live archive: a long query on a table
+    the migration alters makes it give up, changing nothing, instead of waiting
+    while every query piles up behind its lock request; waiting for another
+    migration to finish (the advisory lock of 'take turns') is not bounded."""
+    archive, url = pg_archive
+    libpq = url.replace("postgresql+psycopg", "postgresql")
+    archive.downgrade("0008")
+    with psycopg.connect(libpq) as reader:
+        reader.execute("SELECT count(*) FROM messages")  # holds its lock on messages until it ends
+        result = CliRunner().invoke(main, ["--db", url, "db", "upgrade", "--lock-timeout", "0.2"])
+        assert result.exit_code == 1, result.output
+        assert "another transaction holds a lock this one needs; try again" in result.output
+        assert archive.current_revision() == "0008"
+        with pytest.raises(ConflictError):
+            archive.upgrade(lock_timeout=0.2)
+
+        async def upgrade_through_asyncio() -> None:
+            async with AsyncChatArchive(url) as twin:
+                await twin.upgrade(lock_timeout=0.2)
+
+        with pytest.raises(ConflictError):
+            asyncio.run(upgrade_through_asyncio())
+        assert archive.current_revision() == "0008"
+    outcome: list[BaseException] = []
+
+    def upgrade_in_turn() -> None:
+        try:
+            archive.upgrade(lock_timeout=0.05)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    with psycopg.connect(libpq, autocommit=True) as other_migration:
+        other_migration.execute("SELECT pg_advisory_lock(hashtext('chatarchive migrations'))")
+        upgrading = threading.Thread(target=upgrade_in_turn)
+        upgrading.start()
+        for _ in range(600):
+            waiting = other_migration.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory'"
+            ).fetchone()
+            if waiting and waiting[0]:
+                break
+            time.sleep(0.05)
+        time.sleep(0.3)  # far past the lock timeout, which must not apply to this wait
+        other_migration.execute("SELECT pg_advisory_unlock(hashtext('chatarchive migrations'))")
+        upgrading.join(60)
+    assert outcome == []
+    assert archive.current_revision() == SCHEMA_REVISION
+    script = CliRunner().invoke(
+        main, ["--db", url, "db", "downgrade", "0008", "--sql", "--lock-timeout", "1.5"]
+    )
+    assert script.exit_code == 0, script.output
+    assert "BEGIN;\n\nSET LOCAL lock_timeout = 1500;" in script.output
+
+
+@pytest.mark.parametrize("seconds", [0, -1, 86_400, float("nan"), "5", True])
+def test_an_unusable_lock_timeout_is_refused(archive: ChatArchive, seconds: object) -> None:
+    with pytest.raises(InvalidDocument, match="lock_timeout must be") as raised:
+        archive.upgrade(lock_timeout=seconds)  # type: ignore[arg-type]
+    assert raised.value.field == "lock_timeout"
+    if not isinstance(seconds, (str, bool)):
+        result = CliRunner().invoke(
+            main, ["--db", "sqlite://", "db", "upgrade", "--lock-timeout", str(seconds)]
+        )
+        assert result.exit_code in (1, 2), result.output  # NaN passes click's range, not chatarchive's
+        assert "lock" in result.output.replace("-", "_")
