@@ -135,7 +135,12 @@ class ChatNotFound(ChatArchiveError, LookupError):
 
 class ConflictError(ChatArchiveError):
     """Raised when a write loses a race: the stored version differs from
-    ``expected_version``, or another writer created the same key first."""
+    ``expected_version``, or another writer created the same key first (then
+    ``constraint`` names the database's constraint, where it says)."""
+
+    def __init__(self, message: str, *, constraint: str | None = None) -> None:
+        self.constraint = constraint
+        super().__init__(message)
 
 
 class SchemaNotReady(ChatArchiveError):
@@ -190,7 +195,10 @@ def _translate(orig: BaseException | None, *, lost: bool) -> ChatArchiveError:
             detail = getattr(diagnostic, "message_detail", None)  # "Key (chat_id)=(...) already exists."
             if isinstance(detail, str) and detail.strip():
                 summary = f"{summary}: {_clipped(detail.strip().splitlines()[0])}"
-            return ConflictError(f"write conflicts with stored data (constraint {constraint}): {summary}")
+            return ConflictError(
+                f"write conflicts with stored data (constraint {constraint}): {summary}",
+                constraint=constraint if isinstance(constraint, str) else None,
+            )
         if sqlstate in _CONFLICT_STATES:
             return ConflictError(f"concurrent write, try again: {summary}")
         if sqlstate == _LOCK_NOT_AVAILABLE:

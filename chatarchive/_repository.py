@@ -88,6 +88,7 @@ message_chunks = metadata.tables["message_chunks"]
 # The same two tables, for the methods whose parameters (``messages``, ``feedback``) hide them.
 _message_table = messages
 _feedback_table = feedback
+_CHATS_KEY = chats.primary_key.name
 
 #: How often ``save`` looks for a chat that another writer keeps creating
 #: (and deleting) between its lookup and its insert before it gives up.
@@ -283,24 +284,33 @@ class ChatRepository:
     def _save_prepared(self, batch: PreparedBatch, on_error: OnError | None) -> int:
         """Write one prepared batch (used by ChatArchive.save_many as well)."""
         batch.report_errors(on_error)
-        if not batch.documents:
+        return self._save_rows(batch.documents, on_error)
+
+    def _save_rows(self, documents: Mapping[str, tuple[int, ChatRows]], on_error: OnError | None) -> int:
+        if not documents:
             return 0
-        try:
-            with self._write(savepoint=self._savepoints or on_error is not None):
-                self._write_documents(batch.documents)
-            return len(batch.documents)
-        except ChatArchiveError as exc:
-            if on_error is None:
-                raise
-            if len(batch.documents) == 1:
-                ((index, _),) = batch.documents.values()
-                on_error(index, exc)
-                return 0
-            # Find the culprit: save the documents one at a time.
-            return sum(
-                self._save_prepared(PreparedBatch(documents={chat_id: item}, size=1), on_error)
-                for chat_id, item in batch.documents.items()
-            )
+        for attempt in range(1, _CREATE_ATTEMPTS + 1):
+            try:
+                with self._write(savepoint=True):
+                    self._write_documents(documents)
+                return len(documents)
+            except ConflictError as exc:
+                # Another writer created one of the chats after the lock found none:
+                # the batch again finds it and replaces it, as save does.
+                if exc.constraint == _CHATS_KEY and attempt < _CREATE_ATTEMPTS:
+                    continue
+                error: ChatArchiveError = exc
+            except ChatArchiveError as exc:
+                error = exc
+            break
+        if on_error is None:
+            raise error
+        if len(documents) == 1:
+            ((index, _),) = documents.values()
+            on_error(index, error)
+            return 0
+        # Find the culprit: save the documents one at a time.
+        return sum(self._save_rows({chat_id: item}, on_error) for chat_id, item in documents.items())
 
     def _write_documents(self, documents: Mapping[str, tuple[int, ChatRows]]) -> None:
         if self._user_id is not None:
@@ -324,8 +334,8 @@ class ChatRepository:
             self._delete_children(selected)
             self._execute(delete(chats).where(selected))
         rows = [item[1] for item in documents.values()]
-        for chat_id, version in stored.items():
-            documents[chat_id][1].chat["version"] = version + 1
+        for chat_id, (_, chat_rows) in documents.items():  # a batch written again after a race: all of them
+            chat_rows.chat["version"] = stored.get(chat_id, 0) + 1
         writer = row_writer(self._session)
         writer.write(chats, [r.chat for r in rows])
         writer.write(chat_tags, [tag for r in rows for tag in r.tags])

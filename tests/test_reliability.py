@@ -285,41 +285,54 @@ def test_two_writers_creating_one_chat_both_succeed_the_later_winning(
     assert archive.get("newer").title is None
 
 
-def test_a_batch_that_loses_a_race_names_the_chat(pg_archive: tuple[ChatArchive, str]) -> None:
-    """Strict save_many (one transaction) whose batch collides with a chat that
-    another writer creates meanwhile: the ConflictError names the chat, and
-    nothing of the batch is stored (ChatArchive.save_many without on_error, a
-    transaction a batch, raises the same for that batch)."""
-    archive, _ = pg_archive
+@pytest.mark.parametrize("how", ["transaction", "archive", "on_error", "writers"])
+def test_a_batch_that_loses_a_race_replaces_the_chat_created_meanwhile(
+    own_archive: tuple[ChatArchive, str], how: str
+) -> None:
+    """save_many whose batch collides with a chat that another writer creates
+    while the batch is written (on PostgreSQL: its COPY waits for that writer's
+    commit, then fails on the key) writes the batch again, which finds the chat
+    and replaces it, as save does; before, a ConflictError (or, with on_error,
+    the chats one at a time)."""
+    archive, _ = own_archive
+    docs = [tool_chat(f"batch-{n}", title="loaded") for n in range(4)]
+    errors: list[tuple[int, ChatArchiveError]] = []
 
     def load() -> int:
-        with archive.transaction() as repository:
-            return repository.save_many([tool_chat(f"batch-{n}") for n in range(3)])
+        if how == "transaction":  # strict: one transaction
+            with archive.transaction() as repository:
+                return repository.save_many(docs, batch_size=2)
+        if how == "on_error":  # as the CLI import
+            return archive.save_many(docs, on_error=lambda index, error: errors.append((index, error)))
+        return archive.save_many(docs, batch_size=2, writers=2 if how == "writers" else 1)
 
-    failure = _while_a_transaction_waits(
+    saved = _while_a_transaction_waits(
         archive, lambda repository: repository.save(tool_chat("batch-1", title="first")), load
     )
-    assert isinstance(failure, ConflictError)
-    assert "Key (chat_id)=(batch-1) already exists" in str(failure)
-    assert [chat.chat_id for chat in archive.list_chats().items] == ["batch-1"]
-    assert archive.get("batch-1").title == "first"
-    # With on_error (as the CLI import), the batch's chats are then saved one at
-    # a time, and the chat that was created meanwhile is replaced like any other.
-    errors: list[tuple[int, ChatArchiveError]] = []
-    saved = _while_a_transaction_waits(
-        archive,
-        lambda repository: repository.save(tool_chat("batch-4", title="first")),
-        lambda: archive.save_many(
-            [tool_chat(f"batch-{n}", title="loaded") for n in range(3, 6)],
-            on_error=lambda index, error: errors.append((index, error)),
-        ),
-    )
-    assert (saved, errors) == (3, [])
-    assert [(doc.title, doc.version) for doc in archive.get_many(["batch-3", "batch-4", "batch-5"])] == [
+    assert (saved, errors) == (4, [])
+    stored = archive.get_many([doc.chat_id for doc in docs])
+    assert [(doc.title, doc.version) for doc in stored] == [
         ("loaded", 1),
         ("loaded", 2),
         ("loaded", 1),
+        ("loaded", 1),
     ]
+    assert [[m.uid for m in doc.messages] for doc in stored] == [
+        [m.uid for m in doc.messages] for doc in docs
+    ]
+
+
+def test_a_key_clash_names_the_key(pg_archive: tuple[ChatArchive, str]) -> None:
+    archive, _ = pg_archive
+    archive.save(tool_chat("taken"))
+    row = {"chat_id": "taken", "version": 1, "message_count": 0, "created_at": datetime.now(UTC)}
+    row["updated_at"] = row["created_at"]
+    with archive.engine.connect() as connection, pytest.raises(ConflictError) as raised, database_errors():
+        connection.execute(metadata.tables["chats"].insert(), row)
+    assert raised.value.constraint == "pk_chats"
+    assert str(raised.value).endswith(
+        'violates unique constraint "pk_chats": Key (chat_id)=(taken) already exists.'
+    )
 
 
 def test_feedback_and_appends_do_not_block_each_other(own_archive: tuple[ChatArchive, str]) -> None:
@@ -392,8 +405,9 @@ def _wait_for_a_lock_wait(archive: ChatArchive) -> None:
             ).scalar_one()
             if waiting:
                 return
+            connection.rollback()  # pg_stat_activity is read once a transaction: look again in a new one
             time.sleep(0.05)
-    raise AssertionError("the purge never waited for the appending transaction")
+    raise AssertionError("no other session waited for a lock")
 
 
 def test_processes_forked_from_a_used_archive_get_their_own_connections(
