@@ -518,19 +518,17 @@ class AsyncChatArchive:
     async def upgrade(self, revision: str = "head", *, lock_timeout: float | None = None) -> None:
         """Migrate the database to ``revision`` (default: the newest); see
         :meth:`ChatArchive.upgrade`."""
-        from ._migrations import lock_timeout_ms, migrate
+        from ._migrations import migrate
 
         require_unscoped(self._user_id, "upgrade")
-        lock_timeout_ms(lock_timeout)
         await self._on_connection(partial(migrate, revision=revision, up=True, lock_timeout=lock_timeout))
         self._schema_ready = False
 
     async def downgrade(self, revision: str, *, lock_timeout: float | None = None) -> None:
         """Migrate the database down to ``revision``."""
-        from ._migrations import lock_timeout_ms, migrate
+        from ._migrations import migrate
 
         require_unscoped(self._user_id, "downgrade")
-        lock_timeout_ms(lock_timeout)
         await self._on_connection(partial(migrate, revision=revision, up=False, lock_timeout=lock_timeout))
         self._schema_ready = False
 

@@ -61,7 +61,7 @@ def migrate(connection: Connection, revision: str, *, up: bool, lock_timeout: fl
     its own wait, every query that comes after it."""
     config = alembic_config()
     config.attributes["connection"] = connection
-    config.attributes["lock_timeout"] = lock_timeout_ms(lock_timeout)
+    config.attributes["lock_timeout"] = _lock_timeout_ms(lock_timeout)
     with _revision_errors(config):
         _direction(up)(config, revision)
 
@@ -75,7 +75,7 @@ def render(
     start = current_revision(engine) or "base"
     config = alembic_config()
     config.attributes["url"] = engine.url
-    config.attributes["lock_timeout"] = lock_timeout_ms(lock_timeout)
+    config.attributes["lock_timeout"] = _lock_timeout_ms(lock_timeout)
     config.output_buffer = output
     with _revision_errors(config):
         _direction(up)(config, f"{start}:{revision}", sql=True)
@@ -97,7 +97,7 @@ def _revision_errors(config: Config) -> Iterator[None]:
         ) from exc
 
 
-def lock_timeout_ms(seconds: object) -> int | None:
+def _lock_timeout_ms(seconds: object) -> int | None:
     """A migration's ``lock_timeout`` in whole milliseconds (at least 1), or
     ``None`` for none; anything but a positive number of seconds is refused."""
     if seconds is None:
@@ -112,14 +112,12 @@ def lock_timeout_ms(seconds: object) -> int | None:
 
 def upgrade(engine: Engine, revision: str = "head", *, lock_timeout: float | None = None) -> None:
     """Migrate the database up to ``revision`` (default: the newest)."""
-    lock_timeout_ms(lock_timeout)
     with database_errors(), engine.connect() as connection:
         migrate(connection, revision, up=True, lock_timeout=lock_timeout)
 
 
 def downgrade(engine: Engine, revision: str, *, lock_timeout: float | None = None) -> None:
     """Migrate the database down to ``revision`` (``base``: remove everything)."""
-    lock_timeout_ms(lock_timeout)
     with database_errors(), engine.connect() as connection:
         migrate(connection, revision, up=False, lock_timeout=lock_timeout)
 

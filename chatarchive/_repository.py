@@ -90,8 +90,9 @@ _message_table = messages
 _feedback_table = feedback
 _CHATS_KEY = chats.primary_key.name
 
-#: How often ``save`` looks for a chat that another writer keeps creating
-#: (and deleting) between its lookup and its insert before it gives up.
+#: How often ``save`` (or a ``save_many`` batch) looks for a chat that another
+#: writer keeps creating (and deleting) between its lookup and its insert
+#: before it gives up.
 _CREATE_ATTEMPTS = 3
 
 #: Chats deleted per statement by ``delete_older_than``.
