@@ -451,21 +451,32 @@ class _Bench:
         self.archive.append(chat_id, [{"role": "user", "content": "One more question about the assay."}])
 
     def _timed(self, phase: str, items: Sequence[Any], call: Callable[[Any], object]) -> list[float]:
-        timings = []
+        """Milliseconds of ``call`` on each item."""
+        (timings,) = self._timed_in_turn(phase, items, [call])
+        return timings
+
+    def _timed_in_turn(
+        self, phase: str, items: Sequence[Any], calls: Sequence[Callable[[Any], object]]
+    ) -> list[list[float]]:
+        """Milliseconds of each call on each item, the calls taking turns on an
+        item (in the given order on even items, reversed on odd ones), so that
+        they meet the same caches and the same machine."""
+        timings: list[list[float]] = [[] for _ in calls]
+        turns = list(zip(calls, timings, strict=True))
         for index, item in enumerate(items):
             if index % 50 == 0:
                 self.progress(phase, index, len(items))
-            start = time.perf_counter()
-            call(item)
-            timings.append((time.perf_counter() - start) * 1000)
+            for call, into in turns if index % 2 == 0 else reversed(turns):
+                start = time.perf_counter()
+                call(item)
+                into.append((time.perf_counter() - start) * 1000)
         return timings
 
-    def _get_and_by_hand(self, chat_ids: Sequence[str]) -> tuple[list[float], list[float]]:
+    def _get_and_by_hand(self, chat_ids: Sequence[str]) -> list[list[float]]:
         """``get`` and the reference read, four indexed queries written by hand
-        with no library, timed on each chat in turn (which one goes first
-        alternates), so that both see the same caches and the same machine: on a
-        large archive, whichever read a chat first would otherwise pay for
-        bringing its pages into shared buffers."""
+        with no library, timed in turn on each chat: on a large archive, whichever
+        read a chat first would otherwise pay for bringing its pages into shared
+        buffers."""
         queries = (
             "SELECT * FROM chats WHERE chat_id = %s",
             "SELECT * FROM messages WHERE chat_id = %s ORDER BY position",
@@ -481,20 +492,7 @@ class _Bench:
 
             for chat_id in chat_ids[:10]:
                 by_hand(chat_id)
-            gets: list[float] = []
-            by_hands: list[float] = []
-            reads: list[tuple[Callable[[str], object], list[float]]] = [
-                (self.archive.get, gets),
-                (by_hand, by_hands),
-            ]
-            for index, chat_id in enumerate(chat_ids):
-                if index % 50 == 0:
-                    self.progress("get and the hand-written read", index, len(chat_ids))
-                for read, timings in reads if index % 2 == 0 else reversed(reads):
-                    start = time.perf_counter()
-                    read(chat_id)
-                    timings.append((time.perf_counter() - start) * 1000)
-            return gets, by_hands
+            return self._timed_in_turn("get and the hand-written read", chat_ids, [self.archive.get, by_hand])
 
     # -- analytics -------------------------------------------------------------
 
