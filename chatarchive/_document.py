@@ -150,7 +150,9 @@ def _json_problem(value: object, depth: int = 0, limit: int = 64) -> _PathError 
     if kind is dict:
         for key, item in value.items():  # type: ignore[attr-defined]
             if type(key) is not str:
-                return _PathError(f"object key {key!r} is not a string", ())
+                if not isinstance(key, str):
+                    return _PathError(f"object key {key!r} is not a string", ())
+                key = str.__str__(key)  # a StrEnum, say: stored as its text, as a value would be
             if not _valid_unicode(key):
                 return _PathError(_BAD_UNICODE, ())
             if type(item) not in _PLAIN_SCALARS and (problem := _json_problem(item, depth + 1, limit)):

@@ -28,7 +28,7 @@ from ._document import ChatDocument, Limits
 from ._engine import driver_call
 from ._exceptions import InvalidDocument, require_at_least_one
 from ._rows import ChatRows, document_to_rows
-from ._types import ArchiveText, JsonObject, UTCDateTime, escape_text, postgres_json_text
+from ._types import ArchiveText, JsonObject, OrderedJson, UTCDateTime, escape_text, postgres_json_text
 
 __all__ = [
     "MAX_BATCH_SIZE",
@@ -292,6 +292,7 @@ class _ExecuteManyWriter:
 
 _PG_TYPES: tuple[tuple[type, str], ...] = (
     (ArchiveText, "text"),
+    (OrderedJson, "json"),  # before JsonObject, its base
     (JsonObject, "jsonb"),
     (UTCDateTime, "timestamptz"),
     (Boolean, "bool"),

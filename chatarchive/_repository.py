@@ -60,8 +60,10 @@ from ._exceptions import (
 )
 from ._ingest import PreparedBatch, check_batch_size, prepared_batches, row_writer
 from ._rows import (
+    CHAT_ORDERED,
     ChatRows,
     MessageRows,
+    chat_ordered_json,
     document_from_rows,
     document_to_rows,
     feedback_to_row,
@@ -647,9 +649,13 @@ class ChatRepository:
         now = _now()
         with self._write():
             current = self._lock(chat_id, expected_version)
-            extra = current["extra"]
+            ordered = current["ordered_json"] or {}
+            extra = ordered.get("extra", current["extra"])
             if extra and any(name in extra for name in changes):
                 values["extra"] = {k: v for k, v in extra.items() if k not in changes} or None
+            if ordered or any(name in values for name, _ in CHAT_ORDERED):
+                kept = {name: value for name, value in ordered.items() if name not in values}
+                values["ordered_json"] = {**kept, **(chat_ordered_json(values) or {})} or None
             if "tags" in changes:
                 self._execute(delete(chat_tags).where(chat_tags.c.chat_id == chat_id))
                 self._insert(
@@ -976,7 +982,8 @@ class ChatRepository:
         require_text(chat_id, "chat_id")
         return (
             self._session.execute(
-                select(chats.c.version, chats.c.message_count, chats.c.extra, chats.c.user_id)
+                select(chats.c.version, chats.c.message_count, chats.c.user_id)
+                .add_columns(chats.c.extra, chats.c.ordered_json)
                 .where(chats.c.chat_id == chat_id)
                 .with_for_update()
             )

@@ -18,11 +18,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from ._document import ChatDocument, ContentPart, Feedback, Message, ToolCall
+from ._types import in_jsonb_order
 
 __all__ = [
+    "CHAT_ORDERED",
     "TRUSTED",
     "ChatRows",
     "MessageRows",
+    "chat_ordered_json",
     "document_from_rows",
     "document_to_rows",
     "feedback_from_row",
@@ -30,6 +33,7 @@ __all__ = [
     "fold_chunks",
     "message_from_rows",
     "messages_to_rows",
+    "ordered_json",
 ]
 
 Row = dict[str, Any]
@@ -124,6 +128,7 @@ def document_to_rows(doc: ChatDocument, *, now: datetime, version: int) -> ChatR
         else:
             extra[name] = _plain(value)
     chat["extra"] = extra or None
+    chat["ordered_json"] = ordered_json(chat, CHAT_ORDERED)
     rows.chat = chat
     rows.tags = [
         {"chat_id": chat_id, "tag": tag, "position": position} for position, tag in enumerate(doc.tags)
@@ -219,6 +224,7 @@ def _add_messages(
         elif "usage" in given:
             extra["usage"] = None
         row["extra"] = extra or None
+        row["ordered_json"] = ordered_json(row, _MESSAGE_ORDERED) if row["extra"] else None
         rows.messages.append(row)
 
 
@@ -237,14 +243,18 @@ def _content_part_row(chat_id: str, message: int, position: int, part: ContentPa
 
 
 def _part_row(chat_id: str, message: int, position: int, part_type: str, text: str | None, data: Any) -> Row:
-    return {
+    row = {
         "chat_id": chat_id,
         "message_position": message,
         "position": position,
         "type": part_type,
         "text": text,
         "data": data,
+        "ordered_json": None,
     }
+    if data:
+        row["ordered_json"] = ordered_json(row, _PART_ORDERED)
+    return row
 
 
 def _tool_call_row(chat_id: str, message: int, position: int, call: ToolCall) -> Row:
@@ -267,7 +277,7 @@ def _tool_call_row(chat_id: str, message: int, position: int, call: ToolCall) ->
                 data[key] = body
         else:
             data[key] = value
-    return {
+    row = {
         "chat_id": chat_id,
         "message_position": message,
         "position": position,
@@ -276,7 +286,11 @@ def _tool_call_row(chat_id: str, message: int, position: int, call: ToolCall) ->
         "name": name,
         "arguments": arguments,
         "data": data or None,
+        "ordered_json": None,
     }
+    if data:
+        row["ordered_json"] = ordered_json(row, _CALL_ORDERED)
+    return row
 
 
 def feedback_to_row(chat_id: str, position: int, item: Feedback, *, now: datetime) -> Row:
@@ -301,16 +315,64 @@ def feedback_to_row(chat_id: str, position: int, item: Feedback, *, now: datetim
         else:
             extra[name] = value
     row["extra"] = extra or None
+    row["ordered_json"] = ordered_json(row, _FEEDBACK_ORDERED) if extra else None
     return row
+
+
+def _keys(record: type[BaseModel]) -> frozenset[str]:
+    return frozenset(
+        key for name, info in record.model_fields.items() for key in (name, info.alias) if key is not None
+    )
+
+
+#: The JSON columns of each table, each with the keys whose order does not
+#: matter at its top level: a record's known fields, which come back in the
+#: model's order whatever order they were stored in.
+CHAT_ORDERED = (
+    *((name, frozenset[str]()) for name in _CHAT_JSON_COLUMNS),
+    ("extra", _keys(ChatDocument)),
+)
+_MESSAGE_ORDERED = (("extra", _keys(Message)),)
+_PART_ORDERED = (("data", _keys(ContentPart)),)
+_CALL_ORDERED = (("data", _keys(ToolCall)),)
+_FEEDBACK_ORDERED = (("extra", _keys(Feedback)),)
+
+
+def chat_ordered_json(values: Mapping[str, Any]) -> Row | None:
+    """:func:`ordered_json` of those of a chat row's JSON columns in ``values``."""
+    return ordered_json(values, [(name, known) for name, known in CHAT_ORDERED if name in values])
+
+
+def ordered_json(row: Mapping[str, Any], columns: Iterable[tuple[str, frozenset[str]]]) -> Row | None:
+    """The row's ``ordered_json``: its JSON values (of ``columns``) whose
+    objects ``jsonb`` would give back with their keys in another order, as
+    given, by column name; None if there are none (nearly always)."""
+    kept = {
+        name: value
+        for name, known in columns
+        if (value := row[name]) is not None and not in_jsonb_order(value, ignoring=known)
+    }
+    return kept or None
 
 
 # -- rows to documents ---------------------------------------------------------
 
 
-def _merge(columns: Mapping[Any, Any], names: Iterable[str], extra: Mapping[Any, Any] | None) -> Row:
+def _json(row: Mapping[Any, Any], name: str) -> Any:
+    """A JSON column's value, in the key order it was given (see ordered_json)."""
+    ordered = row.get("ordered_json")
+    if ordered and name in ordered:
+        return ordered[name]
+    return row[name]
+
+
+def _merge(columns: Mapping[Any, Any], names: Iterable[str]) -> Row:
+    """The row's ``extra`` with the values of its columns ``names`` added."""
+    extra = _json(columns, "extra")
     data: Row = dict(extra) if extra else {}
+    ordered = columns.get("ordered_json")
     for name in names:
-        value = columns[name]
+        value = ordered[name] if ordered and name in ordered else columns[name]
         if value is not None:
             data[name] = value
     return data
@@ -320,9 +382,7 @@ def message_from_rows(
     row: Mapping[Any, Any], parts: Sequence[Mapping[Any, Any]], calls: Sequence[Mapping[Any, Any]]
 ) -> Row:
     """The canonical dict of one message, from its row and its part and call rows."""
-    data = _merge(
-        row, ("uid", "role", "completed", "created_at", "updated_at", *_MESSAGE_TEXT_COLUMNS), row["extra"]
-    )
+    data = _merge(row, ("uid", "role", "completed", "created_at", "updated_at", *_MESSAGE_TEXT_COLUMNS))
     tokens = {name: row[name] for name in _TOKEN_COLUMNS if row[name] is not None}
     if tokens:
         usage = data.get("usage")
@@ -340,7 +400,8 @@ def message_from_rows(
 
 
 def _part_from_row(row: Mapping[Any, Any]) -> Row:
-    part: Row = dict(row["data"]) if row["data"] else {}
+    data = _json(row, "data")
+    part: Row = dict(data) if data else {}
     part["type"] = row["type"]
     if row["text"] is not None:
         part[_text_key(row["type"])] = row["text"]
@@ -348,7 +409,8 @@ def _part_from_row(row: Mapping[Any, Any]) -> Row:
 
 
 def _tool_call_from_row(row: Mapping[Any, Any]) -> Row:
-    call: Row = dict(row["data"]) if row["data"] else {}
+    data = _json(row, "data")
+    call: Row = dict(data) if data else {}
     if row["call_id"] is not None:
         call["id"] = row["call_id"]
     if row["type"] is not None:
@@ -364,7 +426,7 @@ def _tool_call_from_row(row: Mapping[Any, Any]) -> Row:
 
 
 def feedback_from_row(row: Mapping[Any, Any]) -> Row:
-    data = _merge(row, ("id", "created_at", "score", *_FEEDBACK_TEXT_COLUMNS), row["extra"])
+    data = _merge(row, ("id", "created_at", "score", *_FEEDBACK_TEXT_COLUMNS))
     score = row["score"]
     if isinstance(score, float) and score.is_integer():
         data["score"] = int(score)  # the column is a double; most scores are whole numbers
@@ -418,11 +480,7 @@ def document_from_rows(
     chunks_of: defaultdict[int, list[Mapping[Any, Any]]] = defaultdict(list)
     for chunk in chunks:
         chunks_of[chunk["message_position"]].append(chunk)
-    data = _merge(
-        chat,
-        ("chat_id", "created_at", "updated_at", *_CHAT_TEXT_COLUMNS, *_CHAT_JSON_COLUMNS),
-        chat["extra"],
-    )
+    data = _merge(chat, ("chat_id", "created_at", "updated_at", *_CHAT_TEXT_COLUMNS, *_CHAT_JSON_COLUMNS))
     data["tags"] = list(tags)
     data["messages"] = [
         message_from_rows(row, parts_of[row["position"]], calls_of[row["position"]]) for row in messages

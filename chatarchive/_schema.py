@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from ._types import ArchiveText, JsonObject, UTCDateTime
+from ._types import ArchiveText, JsonObject, OrderedJson, UTCDateTime
 
 __all__ = [
     "PG_SEARCH_INDEXES",
@@ -53,7 +53,7 @@ NAMING_CONVENTION = {
 
 #: The Alembic revision these models correspond to (a test keeps it equal to
 #: the newest migration).
-SCHEMA_REVISION = "0009"
+SCHEMA_REVISION = "0010"
 
 #: chatarchive's own Alembic version table, so that an application using Alembic
 #: for its own tables can share the database.
@@ -112,6 +112,7 @@ class ChatRow(Base):
     updated_at: Mapped[datetime]
     message_count: Mapped[int]
     version: Mapped[int]
+    ordered_json: Mapped[dict[str, Any] | None] = mapped_column(OrderedJson())
 
     __table_args__ = (
         Index(None, "user_id", "updated_at", "chat_id"),
@@ -157,6 +158,7 @@ class MessageRow(Base):
     completion_tokens: Mapped[int | None]
     total_tokens: Mapped[int | None]
     extra: Mapped[dict[str, Any] | None]
+    ordered_json: Mapped[dict[str, Any] | None] = mapped_column(OrderedJson())
 
     __table_args__ = (
         UniqueConstraint("chat_id", "uid"),
@@ -197,6 +199,7 @@ class ContentPartRow(Base):
     type: Mapped[str]
     text: Mapped[str | None]
     data: Mapped[dict[str, Any] | None]
+    ordered_json: Mapped[dict[str, Any] | None] = mapped_column(OrderedJson())
 
     __table_args__ = (
         ForeignKeyConstraint(
@@ -220,6 +223,7 @@ class ToolCallRow(Base):
     name: Mapped[str | None]
     arguments: Mapped[str | None]
     data: Mapped[dict[str, Any] | None]
+    ordered_json: Mapped[dict[str, Any] | None] = mapped_column(OrderedJson())
 
     __table_args__ = (
         ForeignKeyConstraint(
@@ -246,6 +250,7 @@ class FeedbackRow(Base):
     comment: Mapped[str | None]
     created_at: Mapped[datetime]
     extra: Mapped[dict[str, Any] | None]
+    ordered_json: Mapped[dict[str, Any] | None] = mapped_column(OrderedJson())
 
     __table_args__ = (
         ForeignKeyConstraint(
@@ -286,6 +291,10 @@ TABLE_COMMENTS = {
     "feedback": "Human feedback on a chat, or on one of its messages.",
     "message_chunks": "Streamed pieces of messages still being written; folded in when complete.",
 }
+ORDERED_JSON_COMMENT = (
+    "The row's JSON values whose key order jsonb would not keep, as given, by column name "
+    "(JSON text); null when jsonb keeps every order."
+)
 COLUMN_COMMENTS = {
     "chats": {
         "chat_id": "The chat's id (1-255 characters).",
@@ -300,6 +309,7 @@ COLUMN_COMMENTS = {
         "updated_at": "When the chat was last written.",
         "message_count": "Number of messages (also the next message's position).",
         "version": "Incremented by every write; for optimistic concurrency.",
+        "ordered_json": ORDERED_JSON_COMMENT,
     },
     "chat_tags": {
         "chat_id": "The chat.",
@@ -324,6 +334,7 @@ COLUMN_COMMENTS = {
         "completion_tokens": "Completion tokens of the response that produced this message.",
         "total_tokens": "Total tokens of the response that produced this message.",
         "extra": "Everything else: unknown keys, refusal, audio, function_call, other usage keys (JSON).",
+        "ordered_json": ORDERED_JSON_COMMENT,
     },
     "content_parts": {
         "chat_id": "The chat.",
@@ -332,6 +343,7 @@ COLUMN_COMMENTS = {
         "type": "text, image_url, input_audio, file, refusal, or any other type.",
         "text": "The text of text and refusal parts.",
         "data": "The rest of the part (JSON object).",
+        "ordered_json": ORDERED_JSON_COMMENT,
     },
     "tool_calls": {
         "chat_id": "The chat.",
@@ -342,6 +354,7 @@ COLUMN_COMMENTS = {
         "name": "The tool's name.",
         "arguments": "The arguments exactly as the model wrote them (custom calls: their input).",
         "data": "Anything else in the call (JSON object).",
+        "ordered_json": ORDERED_JSON_COMMENT,
     },
     "message_chunks": {
         "chat_id": "The chat.",
@@ -361,6 +374,7 @@ COLUMN_COMMENTS = {
         "comment": "Free-text comment.",
         "created_at": "When the feedback was given.",
         "extra": "The feedback item's unknown keys (JSON object).",
+        "ordered_json": ORDERED_JSON_COMMENT,
     },
 }
 

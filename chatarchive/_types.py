@@ -31,10 +31,12 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 __all__ = [
     "ArchiveText",
     "JsonObject",
+    "OrderedJson",
     "UTCDateTime",
     "dumps_json",
     "escape_json_text",
     "escape_text",
+    "in_jsonb_order",
     "postgres_json_text",
     "unescape_json_text",
     "unescape_text",
@@ -169,6 +171,50 @@ class JsonObject(TypeDecorator[Any]):
             return unescape_value(value)
 
         return process
+
+
+class OrderedJson(JsonObject):
+    """JSON kept as text (``json``, not ``jsonb``, on PostgreSQL), so that its
+    objects keep their keys in the order given."""
+
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(postgresql.JSON(none_as_null=True))
+        return dialect.type_descriptor(JSON(none_as_null=True))
+
+    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
+        if dialect.name != "postgresql":
+            return super().bind_processor(dialect)
+        from psycopg.types.json import Json
+
+        def process(value: Any) -> Any:
+            return None if value is None else Json(value, dumps=postgres_json_text)
+
+        return process
+
+
+def in_jsonb_order(value: Any, *, ignoring: frozenset[str] = frozenset()) -> bool:
+    """Whether ``jsonb`` keeps the key order of every object in ``value``: it
+    orders an object's keys by their length in bytes, then bytewise (keys as
+    stored, escaped). The order of the keys ``ignoring`` at the top level does
+    not count."""
+    if isinstance(value, dict):
+        previous: tuple[int, bytes] | None = None
+        for key, item in value.items():
+            if key not in ignoring:
+                stored = (escape_text(key) if _ESC in key or "\x00" in key else key).encode("utf-8")
+                current = (len(stored), stored)
+                if previous is not None and current < previous:
+                    return False
+                previous = current
+            if isinstance(item, (dict, list)) and not in_jsonb_order(item):
+                return False
+        return True
+    if isinstance(value, list):
+        return all(in_jsonb_order(item) for item in value if isinstance(item, (dict, list)))
+    return True
 
 
 class UTCDateTime(TypeDecorator[datetime]):

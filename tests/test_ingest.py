@@ -119,6 +119,7 @@ def part_of_no_message(chat_id: str) -> dict[str, Any]:
         "type": "text",
         "text": "x",
         "data": None,
+        "ordered_json": None,
     }
 
 

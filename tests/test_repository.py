@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import random
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,11 +27,23 @@ from chatarchive import (
     Message,
 )
 from chatarchive._schema import metadata
+from chatarchive._types import in_jsonb_order, postgres_json_text, unescape_value
 
+from .conftest import _libpq, require_postgresql
 from .statements import recorded_statements
-from .strategies import canonical_documents, message_lists
+from .strategies import canonical_documents, json_values, message_lists
+from .strategies import text as any_text
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def in_order(value: Any) -> Any:
+    """``value`` with its objects as lists of pairs: compared, key order counts."""
+    if isinstance(value, dict):
+        return [(key, in_order(item)) for key, item in value.items()]
+    if isinstance(value, list):
+        return [in_order(item) for item in value]
+    return value
 
 
 def counts(session: Session) -> dict[str, int]:
@@ -85,8 +100,7 @@ def test_canonical_documents_round_trip(session: Session, make_repo: Any, data: 
     try:
         repo.save(doc)
         back = repo.get(doc.chat_id)
-        assert back.model_dump() == doc.model_dump()
-        assert json.loads(back.model_dump_json()).keys() == json.loads(doc.model_dump_json()).keys()
+        assert in_order(back.model_dump()) == in_order(doc.model_dump())
     finally:
         savepoint.rollback()
 
@@ -102,10 +116,14 @@ def test_openai_message_lists_round_trip(
 ) -> None:
     repo = make_repo()
     expected = json.loads(json.dumps(messages))
+    doc = ChatDocument.from_openai(messages, chat_id="prop")
     savepoint = session.begin_nested()
     try:
-        repo.save(ChatDocument.from_openai(messages, chat_id="prop"))
-        assert json.loads(json.dumps(repo.get("prop").to_openai())) == expected
+        repo.save(doc)
+        back = json.loads(json.dumps(repo.get("prop").to_openai()))
+        assert back == expected
+        # Each message's own keys in the model's order, and every nested object's as given.
+        assert in_order(back) == in_order(json.loads(json.dumps(doc.to_openai())))
     finally:
         savepoint.rollback()
 
@@ -241,6 +259,130 @@ def test_big_and_precise_numbers_survive(repo: ChatRepository) -> None:
     assert back.to_openai()[0]["numbers"] == values
     assert [type(v) for v in back.to_openai()[0]["numbers"]] == [type(v) for v in values]
     assert back.metadata == {"n": values}
+
+
+# Key orders PostgreSQL's jsonb would change (it sorts keys by length, then bytewise).
+SCHEMA = {"type": "object", "properties": {"zz": {"type": "string"}, "a": {"type": "integer"}}}
+UNSORTED = {"zeta": 1, "alpha": {"y": [{"long_key": 1, "k": 2}], "\x00x": 3, "b": 4}}
+
+
+def test_objects_keep_their_key_order_through_every_write(repo: ChatRepository) -> None:
+    repo.save(
+        ChatDocument.from_openai(
+            [
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "hi", "meta": UNSORTED}],
+                    "x_extra": UNSORTED,
+                }
+            ],
+            chat_id="order",
+            metadata=UNSORTED,
+            model_settings={"response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}}},
+            x_chat=UNSORTED,
+        )
+    )
+    repo.update("order", workflow={"tools": [{"type": "function", "function": {"parameters": SCHEMA}}]})
+    repo.update("order", title="kept", metadata={"b": 1, "a": 2})
+    repo.append(
+        "order",
+        [
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {
+                        "id": "c",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": "{}"},
+                        "x": UNSORTED,
+                    }
+                ],
+                "audio": UNSORTED,
+            }
+        ],
+    )
+    repo.add_feedback("order", {"score": 1, "details": UNSORTED})
+    begun = repo.begin_message("order", x_stream=UNSORTED)
+    repo.append_chunk("order", begun.uid, "done")
+    repo.complete_message("order", begun.uid, finish_reason="stop", x_done=UNSORTED)
+    back = repo.get("order")
+    assert in_order(back.metadata) == in_order({"b": 1, "a": 2})
+    assert in_order(back.model_settings) == in_order(
+        {"response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}}}
+    )
+    assert in_order(back.workflow) == in_order(
+        {"tools": [{"type": "function", "function": {"parameters": SCHEMA}}]}
+    )
+    dumped = back.model_dump()
+    assert in_order(dumped["x_chat"]) == in_order(UNSORTED)
+    first, second, third = back.to_openai()
+    assert in_order(first["x_extra"]) == in_order(first["content"][0]["meta"]) == in_order(UNSORTED)
+    assert in_order(second["audio"]) == in_order(second["tool_calls"][0]["x"]) == in_order(UNSORTED)
+    assert in_order(third["x_stream"]) == in_order(third["x_done"]) == in_order(UNSORTED)
+    assert third["content"] == "done"
+    assert in_order(back.feedback[0].model_dump()["details"]) == in_order(UNSORTED)
+    repo.update("order", metadata=None, model_settings=None, workflow=None)
+    cleared = repo.get("order")
+    assert (cleared.metadata, cleared.model_settings, cleared.workflow) == (None, None, None)
+    assert in_order(cleared.model_dump()["x_chat"]) == in_order(UNSORTED)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=st.dictionaries(any_text, json_values, max_size=6))
+def test_in_jsonb_order_says_what_jsonb_does(value: dict[str, Any]) -> None:
+    # The rule ordered_json relies on, checked against PostgreSQL itself.
+    with psycopg.connect(_libpq(require_postgresql()), autocommit=True) as connection:
+        (stored,) = connection.execute(
+            "SELECT CAST(%s AS jsonb)::text", [postgres_json_text(value)]
+        ).fetchone()  # type: ignore[misc]
+    back = unescape_value(json.loads(stored))
+    assert back == value
+    assert in_jsonb_order(value) == (in_order(back) == in_order(value))
+
+
+class _Colour(enum.StrEnum):
+    RED = "red"
+
+
+class _Level(enum.IntEnum):
+    HIGH = 3
+
+
+class _Ratio(float):
+    pass
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["save", "save_many"])
+def test_subclasses_of_json_types_are_stored_as_their_base_types(repo: ChatRepository, many: bool) -> None:
+    # As json.dumps writes them: a StrEnum as its text, also as an object key.
+    given = {
+        "colour": _Colour.RED,
+        "level": _Level.HIGH,
+        "ratio": _Ratio(0.5),
+        "ordered": OrderedDict(b=1, a=2),
+        "by_colour": {_Colour.RED: [_Level.HIGH]},
+    }
+    expected = {
+        "colour": "red",
+        "level": 3,
+        "ratio": 0.5,
+        "ordered": {"b": 1, "a": 2},
+        "by_colour": {"red": [3]},
+    }
+    doc = ChatDocument.from_openai(
+        [{"role": "user", "content": _Colour.RED, "meta": given}], chat_id="enums", metadata=given
+    )
+    if many:
+        repo.save_many([doc])
+    else:
+        repo.save(doc)
+    back = repo.get("enums")
+    assert back.to_openai() == [{"role": "user", "content": "red", "meta": expected}]
+    assert back.metadata == expected
+    meta = back.to_openai()[0]["meta"]
+    assert json.dumps(meta) == json.dumps(expected)  # the key order, too
+    assert [type(meta[key]) for key in ("colour", "level", "ratio")] == [str, int, float]
+    assert type(next(iter(meta["by_colour"]))) is str
 
 
 def test_timestamps_come_back_as_the_same_instants(repo: ChatRepository) -> None:
