@@ -368,11 +368,12 @@ def _json(row: Mapping[Any, Any], name: str) -> Any:
 
 def _merge(columns: Mapping[Any, Any], names: Iterable[str]) -> Row:
     """The row's ``extra`` with the values of its columns ``names`` added."""
-    extra = _json(columns, "extra")
+    if columns.get("ordered_json"):
+        columns = {**columns, **columns["ordered_json"]}
+    extra = columns["extra"]
     data: Row = dict(extra) if extra else {}
-    ordered = columns.get("ordered_json")
     for name in names:
-        value = ordered[name] if ordered and name in ordered else columns[name]
+        value = columns[name]
         if value is not None:
             data[name] = value
     return data
