@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import JSON, DateTime, Text
 from sqlalchemy.dialects import postgresql
@@ -145,19 +145,24 @@ class JsonObject(TypeDecorator[Any]):
 
     impl = JSON
     cache_ok = True
+    #: ``jsonb`` on PostgreSQL, else ``json`` (text as given).
+    binary: ClassVar[bool] = True
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
         if dialect.name == "postgresql":
-            return dialect.type_descriptor(postgresql.JSONB(none_as_null=True))
+            kind = postgresql.JSONB if self.binary else postgresql.JSON
+            return dialect.type_descriptor(kind(none_as_null=True))
         return dialect.type_descriptor(JSON(none_as_null=True))
 
     def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
         if dialect.name != "postgresql":
             return super().bind_processor(dialect)
-        from psycopg.types.json import Jsonb
+        from psycopg.types.json import Json, Jsonb
+
+        wrapper = Jsonb if self.binary else Json
 
         def process(value: Any) -> Any:
-            return None if value is None else Jsonb(value, dumps=postgres_json_text)
+            return None if value is None else wrapper(value, dumps=postgres_json_text)
 
         return process
 
@@ -178,21 +183,7 @@ class OrderedJson(JsonObject):
     objects keep their keys in the order given."""
 
     cache_ok = True
-
-    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name == "postgresql":
-            return dialect.type_descriptor(postgresql.JSON(none_as_null=True))
-        return dialect.type_descriptor(JSON(none_as_null=True))
-
-    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
-        if dialect.name != "postgresql":
-            return super().bind_processor(dialect)
-        from psycopg.types.json import Json
-
-        def process(value: Any) -> Any:
-            return None if value is None else Json(value, dumps=postgres_json_text)
-
-        return process
+    binary = False
 
 
 def in_jsonb_order(value: Any, *, ignoring: frozenset[str] = frozenset()) -> bool:
