@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ._document import ChatDocument, ContentPart, Feedback, Message, ToolCall
-from ._types import in_jsonb_order
+from ._types import jsonb_keeps
 
 __all__ = [
     "CHAT_ORDERED",
@@ -312,6 +312,8 @@ def feedback_to_row(chat_id: str, position: int, item: Feedback, *, now: datetim
             type(value) is float or (type(value) is int and abs(value) <= _EXACT_FLOAT)
         ):
             row[name] = value
+            if type(value) is float and value.is_integer():
+                extra[name] = value  # the column would give it back as an integer (-0.0 as 0)
         else:
             extra[name] = value
     row["extra"] = extra or None
@@ -344,13 +346,13 @@ def chat_ordered_json(values: Mapping[str, Any]) -> Row | None:
 
 
 def ordered_json(row: Mapping[str, Any], columns: Iterable[tuple[str, frozenset[str]]]) -> Row | None:
-    """The row's ``ordered_json``: its JSON values (of ``columns``) whose
-    objects ``jsonb`` would give back with their keys in another order, as
-    given, by column name; None if there are none (nearly always)."""
+    """The row's ``ordered_json``: its JSON values (of ``columns``) that
+    ``jsonb`` would not give back as given (keys in another order, ``-0.0`` as
+    ``0.0``), as given, by column name; None if there are none (nearly always)."""
     kept = {
         name: value
         for name, known in columns
-        if (value := row[name]) is not None and not in_jsonb_order(value, ignoring=known)
+        if (value := row[name]) is not None and not jsonb_keeps(value, ignoring=known)
     }
     return kept or None
 
@@ -427,10 +429,10 @@ def _tool_call_from_row(row: Mapping[Any, Any]) -> Row:
 
 
 def feedback_from_row(row: Mapping[Any, Any]) -> Row:
-    data = _merge(row, ("id", "created_at", "score", *_FEEDBACK_TEXT_COLUMNS))
+    data = _merge(row, ("id", "created_at", *_FEEDBACK_TEXT_COLUMNS))
     score = row["score"]
-    if isinstance(score, float) and score.is_integer():
-        data["score"] = int(score)  # the column is a double; most scores are whole numbers
+    if score is not None and "score" not in data:  # whole-number floats are in extra
+        data["score"] = int(score) if isinstance(score, float) and score.is_integer() else score
     return data
 
 

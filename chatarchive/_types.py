@@ -9,7 +9,9 @@ stored as they are. SQLite stores NUL natively and needs no escape.
 ``jsonb`` also keeps numbers as ``numeric`` and prints them without an
 exponent, so ``1e300`` would come back as the integer 10**300. Floats written
 with an exponent are therefore stored in positional notation with a fraction
-(``1000...0.0``), which reads back as the same float.
+(``1000...0.0``), which reads back as the same float. What ``jsonb`` cannot
+keep at all (an object's key order, negative zero) :func:`jsonb_keeps` finds,
+for the rows' ``ordered_json`` column (see ``_rows.ordered_json``).
 
 Timestamps are stored in UTC and always read back timezone-aware.
 """
@@ -18,9 +20,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from decimal import Decimal
+from math import copysign
 from typing import Any, ClassVar
 
 from sqlalchemy import JSON, DateTime, Text
@@ -36,7 +39,7 @@ __all__ = [
     "dumps_json",
     "escape_json_text",
     "escape_text",
-    "in_jsonb_order",
+    "jsonb_keeps",
     "postgres_json_text",
     "unescape_json_text",
     "unescape_text",
@@ -186,26 +189,33 @@ class OrderedJson(JsonObject):
     binary = False
 
 
-def in_jsonb_order(value: Any, *, ignoring: frozenset[str] = frozenset()) -> bool:
-    """Whether ``jsonb`` keeps the key order of every object in ``value``: it
-    orders an object's keys by their length in bytes, then bytewise (keys as
-    stored, escaped). The order of the keys ``ignoring`` at the top level does
-    not count."""
+def jsonb_keeps(value: Any, *, ignoring: frozenset[str] = frozenset()) -> bool:
+    """Whether ``jsonb`` gives ``value`` back as given. It orders an object's
+    keys by their length in bytes, then bytewise (keys as stored, escaped), and
+    has no negative zero (``-0.0`` comes back as ``0.0``). The order of the keys
+    ``ignoring`` at the top level does not count."""
     if isinstance(value, dict):
         previous: tuple[int, bytes] | None = None
-        for key, item in value.items():
+        for key in value:
             if key not in ignoring:
                 stored = (escape_text(key) if _ESC in key or "\x00" in key else key).encode("utf-8")
                 current = (len(stored), stored)
                 if previous is not None and current < previous:
                     return False
                 previous = current
-            if isinstance(item, (dict, list)) and not in_jsonb_order(item):
-                return False
-        return True
-    if isinstance(value, list):
-        return all(in_jsonb_order(item) for item in value if isinstance(item, (dict, list)))
-    return True
+        items: Iterable[Any] = value.values()
+    elif isinstance(value, list):
+        items = value
+    else:
+        return not _negative_zero(value)
+    return all(
+        jsonb_keeps(item) if isinstance(item, (dict, list)) else not _negative_zero(item) for item in items
+    )
+
+
+def _negative_zero(value: Any) -> bool:
+    # Only numbers equal 0.0 among JSON values; copysign takes every one of them.
+    return bool(value == 0.0 and copysign(1.0, value) < 0.0)
 
 
 class UTCDateTime(TypeDecorator[datetime]):

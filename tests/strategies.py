@@ -168,7 +168,13 @@ def canonical_documents(draw: st.DrawFn) -> dict[str, Any]:
         if draw(st.booleans()) and messages:
             item["message_uid"] = draw(st.sampled_from(uids))
         if draw(st.booleans()):
-            item["score"] = draw(st.one_of(st.integers(-5, 5), st.sampled_from([0.5, -1.25, 4.75])))
+            item["score"] = draw(
+                st.one_of(
+                    st.integers(-5, 5),
+                    st.sampled_from([0.5, -1.25, 4.0, -0.0, 2**60]),
+                    json_scalars.filter(lambda score: type(score) in (int, float)),  # not bool
+                )
+            )
         for key in ("user_id", "label", "comment"):
             if draw(st.booleans()):
                 item[key] = draw(st.one_of(st.none(), text))

@@ -27,7 +27,7 @@ from chatarchive._schema import PG_SEARCH_INDEXES, metadata
 from chatarchive._workload import generate_chats
 
 from .async_shim import in_sync_session
-from .test_repository import counts, snapshot
+from .test_repository import SIGNED, UNSORTED, counts, exact, snapshot
 
 
 def stored_rows(session: Session) -> dict[str, list[Any]]:
@@ -35,18 +35,45 @@ def stored_rows(session: Session) -> dict[str, list[Any]]:
 
 
 def test_save_many_and_bulk_store_the_same_rows_as_save(repo: ChatRepository, session: Session) -> None:
-    docs = list(generate_chats(25, 12, seed=3))
+    at = {"created_at": "2026-01-01T00:00:00Z"}
+    odd: dict[
+        str, Any
+    ] = {  # values jsonb would change (see test_repository); ids and times given, as in the workload
+        "chat_id": "odd",
+        **at,
+        "updated_at": at["created_at"],
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "x", "m": SIGNED}],
+                "x": UNSORTED,
+                "uid": "u",
+                **at,
+            }
+        ],
+        "metadata": SIGNED,
+        "workflow": UNSORTED,
+        "feedback": [{"id": "f1", "score": 4.0, "x": SIGNED, **at}, {"id": "f2", "score": -0.0, **at}],
+    }
+    docs = [*generate_chats(25, 12, seed=3), odd]
     for doc in docs:
         repo.save(doc)
     one_by_one = stored_rows(session)
     for table in reversed(metadata.sorted_tables):
         session.execute(table.delete())
-    assert repo.save_many(iter(docs), batch_size=7) == 25
+    assert repo.save_many(iter(docs), batch_size=7) == 26
     assert stored_rows(session) == one_by_one
     for table in reversed(metadata.sorted_tables):
         session.execute(table.delete())
-    assert repo.save_many(iter(docs), batch_size=10, bulk=True) == 25
+    assert repo.save_many(iter(docs), batch_size=10, bulk=True) == 26
     assert stored_rows(session) == one_by_one
+    back = repo.get("odd")
+    assert exact([back.to_openai(), back.metadata, back.workflow]) == exact(
+        [[{k: v for k, v in odd["messages"][0].items() if k not in ("uid", "created_at")}], SIGNED, UNSORTED]
+    )
+    assert exact([item.model_dump(include={"score", "x"}) for item in back.feedback]) == exact(
+        [{"score": 4.0, "x": SIGNED}, {"score": -0.0}]
+    )
     assert [doc.chat_id for doc in repo.get_many([d["chat_id"] for d in docs])] == [
         d["chat_id"] for d in docs
     ]

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
@@ -27,7 +27,7 @@ from chatarchive import (
     Message,
 )
 from chatarchive._schema import metadata
-from chatarchive._types import in_jsonb_order, postgres_json_text, unescape_value
+from chatarchive._types import jsonb_keeps, postgres_json_text, unescape_value
 
 from .conftest import _libpq, require_postgresql
 from .statements import recorded_statements
@@ -37,12 +37,16 @@ from .strategies import text as any_text
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def in_order(value: Any) -> Any:
-    """``value`` with its objects as lists of pairs: compared, key order counts."""
+def exact(value: Any) -> Any:
+    """``value`` with its objects as lists of pairs and its numbers with their
+    type: compared, key order, ``1`` vs ``1.0`` vs ``True`` and ``-0.0`` vs
+    ``0.0`` count."""
     if isinstance(value, dict):
-        return [(key, in_order(item)) for key, item in value.items()]
+        return [(key, exact(item)) for key, item in value.items()]
     if isinstance(value, list):
-        return [in_order(item) for item in value]
+        return [exact(item) for item in value]
+    if isinstance(value, (int, float)):
+        return (type(value).__name__, repr(value))
     return value
 
 
@@ -100,7 +104,7 @@ def test_canonical_documents_round_trip(session: Session, make_repo: Any, data: 
     try:
         repo.save(doc)
         back = repo.get(doc.chat_id)
-        assert in_order(back.model_dump()) == in_order(doc.model_dump())
+        assert exact(back.model_dump()) == exact(doc.model_dump())
     finally:
         savepoint.rollback()
 
@@ -123,7 +127,7 @@ def test_openai_message_lists_round_trip(
         back = json.loads(json.dumps(repo.get("prop").to_openai()))
         assert back == expected
         # Each message's own keys in the model's order, and every nested object's as given.
-        assert in_order(back) == in_order(json.loads(json.dumps(doc.to_openai())))
+        assert exact(back) == exact(json.loads(json.dumps(doc.to_openai())))
     finally:
         savepoint.rollback()
 
@@ -264,22 +268,27 @@ def test_big_and_precise_numbers_survive(repo: ChatRepository) -> None:
 # Key orders PostgreSQL's jsonb would change (it sorts keys by length, then bytewise).
 SCHEMA = {"type": "object", "properties": {"zz": {"type": "string"}, "a": {"type": "integer"}}}
 UNSORTED = {"zeta": 1, "alpha": {"y": [{"long_key": 1, "k": 2}], "\x00x": 3, "b": 4}}
+# Numbers jsonb (negative zero) or a double column (whole-number floats) would change.
+SIGNED = {"a": -0.0, "bb": [4.0, -0.0, 0.0, 1, {"c": -0.0}], "ccc": 1e300}
 
 
-def test_objects_keep_their_key_order_through_every_write(repo: ChatRepository) -> None:
+@pytest.mark.parametrize(("value", "score"), [(UNSORTED, 1), (SIGNED, 4.0), (SIGNED, -0.0)])
+def test_json_values_come_back_as_given_through_every_write(
+    repo: ChatRepository, value: dict[str, Any], score: float
+) -> None:
     repo.save(
         ChatDocument.from_openai(
             [
                 {
                     "role": "user",
-                    "content": [{"type": "text", "text": "hi", "meta": UNSORTED}],
-                    "x_extra": UNSORTED,
+                    "content": [{"type": "text", "text": "hi", "meta": value}],
+                    "x_extra": value,
                 }
             ],
             chat_id="order",
-            metadata=UNSORTED,
+            metadata=value,
             model_settings={"response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}}},
-            x_chat=UNSORTED,
+            x_chat=value,
         )
     )
     repo.update("order", workflow={"tools": [{"type": "function", "function": {"parameters": SCHEMA}}]})
@@ -294,42 +303,47 @@ def test_objects_keep_their_key_order_through_every_write(repo: ChatRepository) 
                         "id": "c",
                         "type": "function",
                         "function": {"name": "f", "arguments": "{}"},
-                        "x": UNSORTED,
+                        "x": value,
                     }
                 ],
-                "audio": UNSORTED,
+                "audio": value,
             }
         ],
     )
-    repo.add_feedback("order", {"score": 1, "details": UNSORTED})
-    begun = repo.begin_message("order", x_stream=UNSORTED)
+    repo.add_feedback("order", {"score": score, "details": value})
+    begun = repo.begin_message("order", x_stream=value)
     repo.append_chunk("order", begun.uid, "done")
-    repo.complete_message("order", begun.uid, finish_reason="stop", x_done=UNSORTED)
+    repo.complete_message("order", begun.uid, finish_reason="stop", x_done=value)
     back = repo.get("order")
-    assert in_order(back.metadata) == in_order({"b": 1, "a": 2})
-    assert in_order(back.model_settings) == in_order(
+    assert exact(back.metadata) == exact({"b": 1, "a": 2})
+    assert exact(back.model_settings) == exact(
         {"response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}}}
     )
-    assert in_order(back.workflow) == in_order(
+    assert exact(back.workflow) == exact(
         {"tools": [{"type": "function", "function": {"parameters": SCHEMA}}]}
     )
     dumped = back.model_dump()
-    assert in_order(dumped["x_chat"]) == in_order(UNSORTED)
+    assert exact(dumped["x_chat"]) == exact(value)
     first, second, third = back.to_openai()
-    assert in_order(first["x_extra"]) == in_order(first["content"][0]["meta"]) == in_order(UNSORTED)
-    assert in_order(second["audio"]) == in_order(second["tool_calls"][0]["x"]) == in_order(UNSORTED)
-    assert in_order(third["x_stream"]) == in_order(third["x_done"]) == in_order(UNSORTED)
+    assert exact(first["x_extra"]) == exact(first["content"][0]["meta"]) == exact(value)
+    assert exact(second["audio"]) == exact(second["tool_calls"][0]["x"]) == exact(value)
+    assert exact(third["x_stream"]) == exact(third["x_done"]) == exact(value)
     assert third["content"] == "done"
-    assert in_order(back.feedback[0].model_dump()["details"]) == in_order(UNSORTED)
+    assert exact(back.feedback[0].model_dump()["details"]) == exact(value)
+    assert exact(back.feedback[0].score) == exact(score)
     repo.update("order", metadata=None, model_settings=None, workflow=None)
     cleared = repo.get("order")
     assert (cleared.metadata, cleared.model_settings, cleared.workflow) == (None, None, None)
-    assert in_order(cleared.model_dump()["x_chat"]) == in_order(UNSORTED)
+    assert exact(cleared.model_dump()["x_chat"]) == exact(value)
+    repo.update("order", metadata={"m": value})
+    assert exact(repo.get("order").metadata) == exact({"m": value})
 
 
 @settings(max_examples=300, deadline=None)
 @given(value=st.dictionaries(any_text, json_values, max_size=6))
-def test_in_jsonb_order_says_what_jsonb_does(value: dict[str, Any]) -> None:
+@example(value=UNSORTED)
+@example(value={"a": [{"b": -0.0}]})
+def test_jsonb_keeps_says_what_jsonb_does(value: dict[str, Any]) -> None:
     # The rule ordered_json relies on, checked against PostgreSQL itself.
     with psycopg.connect(_libpq(require_postgresql()), autocommit=True) as connection:
         (stored,) = connection.execute(
@@ -337,7 +351,7 @@ def test_in_jsonb_order_says_what_jsonb_does(value: dict[str, Any]) -> None:
         ).fetchone()  # type: ignore[misc]
     back = unescape_value(json.loads(stored))
     assert back == value
-    assert in_jsonb_order(value) == (in_order(back) == in_order(value))
+    assert jsonb_keeps(value) == (exact(back) == exact(value))
 
 
 class _Colour(enum.StrEnum):
