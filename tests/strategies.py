@@ -1,4 +1,5 @@
-"""Hypothesis strategies for OpenAI message lists and chat documents."""
+"""Hypothesis strategies for OpenAI message lists and chat documents, and
+:func:`exact` to compare what comes back."""
 
 from __future__ import annotations
 
@@ -275,3 +276,16 @@ def chatgpt_conversations(draw: st.DrawFn) -> dict[str, Any]:
         "mapping": mapping,
     }
     return {**draw(extras(set(fields) | {"id"})), **_present(fields)}
+
+
+def exact(value: Any) -> Any:
+    """``value`` with its objects as lists of pairs and its numbers with their
+    type: compared, key order, ``1`` vs ``1.0`` vs ``True`` and ``-0.0`` vs
+    ``0.0`` count."""
+    if isinstance(value, dict):
+        return [(key, exact(item)) for key, item in value.items()]
+    if isinstance(value, list):
+        return [exact(item) for item in value]
+    if isinstance(value, (int, float)):
+        return (type(value).__name__, repr(value))
+    return value

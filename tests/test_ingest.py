@@ -27,7 +27,8 @@ from chatarchive._schema import PG_SEARCH_INDEXES, metadata
 from chatarchive._workload import generate_chats
 
 from .async_shim import in_sync_session
-from .test_repository import SIGNED, UNSORTED, counts, exact, snapshot
+from .strategies import exact
+from .test_repository import SIGNED, UNSORTED, counts, snapshot
 
 
 def stored_rows(session: Session) -> dict[str, list[Any]]:

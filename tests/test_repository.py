@@ -31,23 +31,10 @@ from chatarchive._types import jsonb_keeps, postgres_json_text, unescape_value
 
 from .conftest import _libpq, require_postgresql
 from .statements import recorded_statements
-from .strategies import canonical_documents, json_values, message_lists
+from .strategies import canonical_documents, exact, json_values, message_lists
 from .strategies import text as any_text
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def exact(value: Any) -> Any:
-    """``value`` with its objects as lists of pairs and its numbers with their
-    type: compared, key order, ``1`` vs ``1.0`` vs ``True`` and ``-0.0`` vs
-    ``0.0`` count."""
-    if isinstance(value, dict):
-        return [(key, exact(item)) for key, item in value.items()]
-    if isinstance(value, list):
-        return [exact(item) for item in value]
-    if isinstance(value, (int, float)):
-        return (type(value).__name__, repr(value))
-    return value
 
 
 def counts(session: Session) -> dict[str, int]:
