@@ -207,15 +207,15 @@ def jsonb_keeps(value: Any, *, ignoring: frozenset[str] = frozenset()) -> bool:
     elif isinstance(value, list):
         items = value
     else:
-        return not _negative_zero(value)
-    return all(
-        jsonb_keeps(item) if isinstance(item, (dict, list)) else not _negative_zero(item) for item in items
-    )
-
-
-def _negative_zero(value: Any) -> bool:
-    # Only numbers equal 0.0 among JSON values; copysign takes every one of them.
-    return bool(value == 0.0 and copysign(1.0, value) < 0.0)
+        items = (value,)
+    for item in items:
+        if isinstance(item, (dict, list)):
+            if not jsonb_keeps(item):
+                return False
+        # Only numbers equal 0.0 among JSON values; copysign takes every one of them.
+        elif item == 0.0 and copysign(1.0, item) < 0.0:
+            return False
+    return True
 
 
 class UTCDateTime(TypeDecorator[datetime]):
