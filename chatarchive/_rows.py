@@ -263,10 +263,11 @@ def _tool_call_row(chat_id: str, message: int, position: int, call: ToolCall) ->
     body_key, text_key = _call_keys(call_type)
     name = arguments = None
     data: Row = {}
-    for key, value in _given(call):
+    given_body = None
+    for key, given in _given(call):
         if (key == "id" and call_id is not None) or (key == "type" and call_type is not None):
             continue
-        value = _plain(value)
+        value = _plain(given)
         if key == body_key and type(value) is dict:
             body = dict(value)
             if _is_text(body.get("name")):
@@ -275,6 +276,15 @@ def _tool_call_row(chat_id: str, message: int, position: int, call: ToolCall) ->
                 arguments = body.pop(text_key)
             if body or (name is None and arguments is None):
                 data[key] = body
+            # Reading puts the name and the text after the body's other keys. A
+            # ``function`` comes back in its model's order anyway; a free-form
+            # ``custom`` object given in another order is kept whole in ordered_json.
+            if not isinstance(given, BaseModel) and list(value) != [
+                *body,
+                *(["name"] if name is not None else []),
+                *([text_key] if arguments is not None else []),
+            ]:
+                given_body = value
         else:
             data[key] = value
     row = {
@@ -288,7 +298,9 @@ def _tool_call_row(chat_id: str, message: int, position: int, call: ToolCall) ->
         "data": data or None,
         "ordered_json": None,
     }
-    if data:
+    if given_body is not None:
+        row["ordered_json"] = {"data": {**data, body_key: given_body}}
+    elif data:
         row["ordered_json"] = ordered_json(row, _CALL_ORDERED)
     return row
 

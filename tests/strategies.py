@@ -72,6 +72,17 @@ tool_calls = st.one_of(
     st.builds(
         lambda i, n, a: {"id": i, "type": "custom", "custom": {"name": n, "input": a}}, text, text, text
     ),
+    # A custom call's body is free-form: its keys come back in the order given.
+    st.builds(
+        lambda i, body: {"id": i, "type": "custom", "custom": dict(body)},
+        text,
+        st.builds(
+            lambda n, a, more: [*more.items(), ("name", n), ("input", a)],
+            text,
+            text,
+            extras({"name", "input"}),
+        ).flatmap(st.permutations),
+    ),
     # Shapes that break the spec, kept verbatim.
     st.builds(lambda n, a: {"function": {"name": n}, "arguments": a}, text, json_values),
     st.builds(lambda a: {"type": "function", "function": {"arguments": a}}, json_values),
