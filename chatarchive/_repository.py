@@ -469,7 +469,7 @@ class ChatRepository:
         """Store one streamed chunk of a message begun with :meth:`begin_message`:
         one insert, whatever was received before (earlier text is never
         rewritten). ``tool_call_index`` makes it a fragment of that tool call's
-        arguments instead of content text.
+        arguments (a custom call's ``input``) instead of content text.
 
         Raises:
             InvalidDocument: unknown or completed message, or a bad chunk.
@@ -521,6 +521,10 @@ class ChatRepository:
 
         Returns:
             The completed message.
+
+        Raises:
+            InvalidDocument: unknown or completed message, or fragments for a tool
+                call that cannot take text (unless ``tool_calls`` is given).
         """
         require_text(message_uid, "message_uid")
         now = _now()
@@ -542,9 +546,16 @@ class ChatRepository:
                 query = select(table).where(table.c.chat_id == chat_id, table.c.message_position == position)
                 return list(self._session.execute(query.order_by(*order)).mappings())
 
-            data = fold_chunks(
-                message_from_rows(found, rows_of(content_parts), rows_of(tool_calls)), rows_of(message_chunks)
-            )
+            data = message_from_rows(found, rows_of(content_parts), rows_of(tool_calls))
+            unfolded = fold_chunks(data, rows_of(message_chunks))
+            if unfolded and "tool_calls" not in fields:
+                raise InvalidDocument(
+                    "the streamed fragments cannot be added to a tool call that is not an object with "
+                    "string text; give tool_calls=... to replace the calls",
+                    chat_id=chat_id,
+                    message_index=position,
+                    field=unfolded[0],
+                )
             data.update(fields)
             data["completed"] = True
             message = parse_messages([data], chat_id=chat_id, limits=self._limits)[0]

@@ -448,9 +448,12 @@ def feedback_from_row(row: Mapping[Any, Any]) -> Row:
     return data
 
 
-def fold_chunks(message: Row, chunks: Sequence[Mapping[Any, Any]]) -> Row:
-    """A message's canonical dict with its streamed chunks folded in: content
-    chunks appended to its text, tool-call chunks to that call's arguments."""
+def fold_chunks(message: Row, chunks: Sequence[Mapping[Any, Any]]) -> list[str]:
+    """Fold a message's streamed chunks into its canonical dict, in place:
+    content chunks appended to its text, tool-call chunks to that call's text
+    (``function.arguments``, a custom call's ``custom.input``). Returns the
+    fields (``tool_calls[1].function``) that cannot take text, being no object
+    or holding a text that is no string; their fragments are left out."""
     text = "".join(chunk["text"] for chunk in chunks if chunk["tool_call_index"] is None)
     if text:
         content = message.get("content")
@@ -461,18 +464,29 @@ def fold_chunks(message: Row, chunks: Sequence[Mapping[Any, Any]]) -> Row:
                 content.append({"type": "text", "text": text})
         else:
             message["content"] = (content or "") + text
+    fragments: dict[int, list[str]] = {}
     for chunk in chunks:
-        index = chunk["tool_call_index"]
-        if index is None:
-            continue
-        calls = message.setdefault("tool_calls", None) or []
+        if chunk["tool_call_index"] is not None:
+            fragments.setdefault(chunk["tool_call_index"], []).append(chunk["text"])
+    if not fragments:
+        return []
+    calls = message.get("tool_calls") or []
+    unfolded: list[str] = []
+    for index in sorted(fragments):
         while len(calls) <= index:
             calls.append({"type": "function", "function": {"arguments": ""}})
         call = calls[index]
-        body = call["function"] = dict(call.get("function") or {})
-        body["arguments"] = (body.get("arguments") or "") + chunk["text"]
-        message["tool_calls"] = calls
-    return message
+        body_key, text_key = _call_keys(call.get("type"))
+        body = call.get(body_key)
+        if body is None:
+            body = {}
+        so_far = body.get(text_key) if type(body) is dict else None
+        if type(body) is not dict or not (so_far is None or type(so_far) is str):
+            unfolded.append(f"tool_calls[{index}].{body_key}")
+            continue
+        call[body_key] = {**body, text_key: (so_far or "") + "".join(fragments[index])}
+    message["tool_calls"] = calls
+    return unfolded
 
 
 def document_from_rows(

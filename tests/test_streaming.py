@@ -93,6 +93,59 @@ def test_tool_call_argument_fragments(repo: ChatRepository) -> None:
     ]
 
 
+def test_custom_tool_call_fragments_go_to_its_input(repo: ChatRepository) -> None:
+    repo.save({"chat_id": "t", "messages": [{"role": "user", "content": "grep it"}]})
+    repo.begin_message(
+        "t",
+        uid="call",
+        content=None,
+        tool_calls=[
+            {"id": "c1", "type": "custom", "custom": {"name": "grep", "input": ""}},
+            {"id": "c2", "type": "custom", "custom": {"name": "sed"}},
+        ],
+    )
+    for fragment in ("-rn ", "pcr ."):
+        repo.append_chunk("t", "call", fragment, tool_call_index=0)
+    repo.append_chunk("t", "call", "s/a/b/", tool_call_index=1)
+    expected = [
+        {"id": "c1", "type": "custom", "custom": {"name": "grep", "input": "-rn pcr ."}},
+        {"id": "c2", "type": "custom", "custom": {"name": "sed", "input": "s/a/b/"}},
+    ]
+    assert repo.get("t").messages[1].to_openai()["tool_calls"] == expected
+    done = repo.complete_message("t", "call", finish_reason="tool_calls")
+    assert done.to_openai()["tool_calls"] == expected
+    assert repo.get("t").messages[1].to_openai()["tool_calls"] == expected
+
+
+def test_fragments_for_a_call_that_cannot_take_text_are_refused_at_completion(
+    repo: ChatRepository, session: Session
+) -> None:
+    repo.save({"chat_id": "t", "messages": [{"role": "user", "content": "go"}]})
+    odd_calls = [
+        {"id": "c1", "type": "function", "function": ["not", "an", "object"]},
+        {"id": "c2", "type": "function", "function": {"name": "f", "arguments": 5}},
+    ]
+    repo.begin_message("t", uid="call", tool_calls=odd_calls)
+    repo.append_chunk("t", "call", "{}", tool_call_index=0)
+    repo.append_chunk("t", "call", "{}", tool_call_index=1)
+    # The chat still reads; the fragments that fit nowhere stay stored as chunks.
+    partial = repo.get("t").messages[1]
+    assert (partial.completed, partial.to_openai()["tool_calls"]) == (False, odd_calls)
+    with pytest.raises(InvalidDocument) as refused:
+        repo.complete_message("t", "call")
+    assert (refused.value.chat_id, refused.value.message_index, refused.value.field) == (
+        "t",
+        1,
+        "tool_calls[0].function",
+    )
+    assert repo.get("t").messages[1].model_dump() == partial.model_dump()
+    assert chunk_count(session) == 2
+    replaced = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    done = repo.complete_message("t", "call", tool_calls=replaced)
+    assert (done.completed, done.to_openai()["tool_calls"]) == (True, replaced)
+    assert chunk_count(session) == 0
+
+
 def test_chunks_are_refused_where_they_do_not_belong(repo: ChatRepository, make_repo: Any) -> None:
     repo.save(
         {"chat_id": "r", "user_id": "alice", "messages": [{"role": "user", "content": "hi", "uid": "done"}]}
