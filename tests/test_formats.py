@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from sqlalchemy.orm import Session
 
@@ -459,7 +460,7 @@ def test_finetune_selection() -> None:
         finetune.Filters(since="2026-03-01")  # type: ignore[arg-type]
 
 
-COMPLETION = {
+COMPLETION: dict[str, Any] = {
     "id": "chatcmpl-1",
     "object": "chat.completion",
     "created": 1767225600,
@@ -592,6 +593,76 @@ def test_streamed_chunks_with_tool_call_fragments(archive: ChatArchive) -> None:
         _chunk({}, finish="stop"),
     ]
     assert message_from_completion(text_chunks)["content"] == "Hello"
+
+
+MODERATION = {
+    "input": {"type": "moderation_results", "model": "omni-moderation", "results": []},
+    "output": {"type": "moderation_results", "model": "omni-moderation", "results": []},
+}
+
+
+def test_every_key_of_a_completion_is_kept_on_its_message() -> None:
+    completion = {
+        **COMPLETION,
+        "moderation": MODERATION,
+        "metadata": {"session": "s-1"},
+        "provider": "a-gateway",  # a key the openai package does not know
+    }
+    completion["choices"] = [{**COMPLETION["choices"][0], "stop_reason": 42}]
+    for form in (completion, ChatCompletion.model_validate(completion)):
+        message = message_from_completion(form)
+        kept = {key: message.get(key) for key in ("moderation", "metadata", "service_tier")}
+        assert kept == {"moderation": MODERATION, "metadata": {"session": "s-1"}, "service_tier": "default"}
+    assert (
+        message_from_completion(completion)["provider"],
+        message_from_completion(completion)["stop_reason"],
+    ) == (
+        "a-gateway",
+        42,
+    )
+    assert "object" not in message_from_completion(completion)
+
+
+def test_streamed_audio_logprobs_and_moderation_are_assembled_as_openai_does() -> None:
+    token = {"token": "He", "logprob": -0.1, "bytes": [72, 101], "top_logprobs": []}
+    chunks = [
+        _chunk({"role": "assistant", "audio": {"id": "audio_1"}}),
+        _chunk({"audio": {"data": "AAA", "transcript": "He"}}),
+        _chunk({"audio": {"data": "BBB", "transcript": "llo"}}),
+        _chunk({"refusal": "No"}),
+        _chunk({"audio": {"expires_at": 1767229200}}, finish="stop"),
+    ]
+    chunks[3] = ChatCompletionChunk.model_validate(
+        {
+            **chunks[3].model_dump(),
+            "obfuscation": "xyz",
+            "choices": [
+                {"index": 0, "delta": {"refusal": "No"}, "logprobs": {"content": [token], "refusal": [token]}}
+            ],
+        }
+    )
+    moderated = ChatCompletionChunk.model_validate(
+        {**chunks[0].model_dump(), "choices": [], "moderation": MODERATION}
+    )
+    state: ChatCompletionStreamState[Any] = ChatCompletionStreamState()
+    for chunk in chunks:
+        state.handle_chunk(chunk)
+    theirs = state.get_final_completion().choices[0].message.model_dump(exclude_none=True)
+    message = message_from_completion([moderated, *chunks])
+    assert (
+        message["audio"]
+        == theirs["audio"]
+        == {
+            "id": "audio_1",
+            "data": "AAABBB",
+            "expires_at": 1767229200,
+            "transcript": "Hello",
+        }
+    )
+    assert message["refusal"] == theirs["refusal"] == "No"
+    assert message["logprobs"] == {"content": [token], "refusal": [token]}
+    assert message["moderation"] == MODERATION
+    assert "obfuscation" not in message
 
 
 def test_the_cli_imports_and_exports_every_format(tmp_path: Any) -> None:

@@ -2,16 +2,21 @@
 
 A completion (a dict, or an object of the official ``openai`` package, which
 chatarchive does not depend on) becomes the assistant message of one choice,
-with the archive's per-message ``model``, ``finish_reason`` and ``usage``, and the
-response's ``id`` (as ``response_id``), ``system_fingerprint``, ``service_tier``,
-``created`` time and the choice's ``logprobs`` kept. A completion with several
+with the archive's per-message ``model``, ``finish_reason`` and ``usage``, the
+response's ``id`` (as ``response_id``) and ``created`` time, and every other key
+of the completion and of the choice (``system_fingerprint``, ``service_tier``,
+``moderation``, ``metadata``, ``logprobs``...) kept on the message under its own
+name (``object``, always ``chat.completion``, is not). A completion with several
 choices (``n > 1``) records one: ``choice`` picks it (the first by default),
 and its ``choice_index`` is kept; record another choice with another call.
 
 A list of streamed chunks (``chat.completion.chunk``) is first assembled into
 the completion it amounts to: content and refusal fragments joined, tool calls
 gathered by their index with their argument fragments joined in order, the
-last finish reason, and the usage of the final chunk (``stream_options``).
+last finish reason, the usage of the final chunk (``stream_options``), logprobs
+gathered, and any other part of a delta (``audio``...) put together as
+OpenAI's own stream helper does: text joined (ids and types excepted), objects
+merged, lists extended. The chunks' ``obfuscation`` padding is dropped.
 """
 
 from __future__ import annotations
@@ -55,16 +60,17 @@ def message_from_completion(completion: Any, *, choice: int = 0) -> dict[str, An
         raise InvalidDocument("the choice has no message", field=f"choices[{choice}].message")
     result: dict[str, Any] = dict(message)
     result.setdefault("role", "assistant")
-    kept = {
+    mapped = {
         "model": data.get("model"),
         "finish_reason": picked.get("finish_reason"),
         "usage": data.get("usage"),
         "response_id": data.get("id"),
-        "system_fingerprint": data.get("system_fingerprint"),
-        "service_tier": data.get("service_tier"),
-        "logprobs": picked.get("logprobs"),
     }
-    result.update({key: value for key, value in kept.items() if value is not None})
+    result.update({key: value for key, value in mapped.items() if value is not None})
+    for source, own in ((picked, _CHOICE_KEYS), (data, _COMPLETION_KEYS)):
+        for key, value in source.items():
+            if key not in own and value is not None:
+                result.setdefault(key, value)
     if len(choices) > 1:
         result["choice_index"] = choice
     created = time_of(data.get("created"), "created")
@@ -73,21 +79,38 @@ def message_from_completion(completion: Any, *, choice: int = 0) -> dict[str, An
     return result
 
 
+#: Keys of a completion, and of a choice, that the message takes in its own way.
+_COMPLETION_KEYS = frozenset({"id", "object", "created", "model", "usage", "choices"})
+_CHOICE_KEYS = frozenset({"index", "message", "finish_reason"})
+#: Keys of a chunk, of its choices and of their deltas that assemble_chunks reads one by one.
+_CHUNK_KEYS = frozenset({"object", "usage", "choices", "obfuscation"})
+_CHUNK_CHOICE_KEYS = frozenset({"index", "delta", "finish_reason", "logprobs"})
+_DELTA_KEYS = frozenset({"role", "content", "refusal", "tool_calls", "function_call"})
+
+
 def assemble_chunks(chunks: Iterable[Any]) -> dict[str, Any]:
     """The completion a stream of ``chat.completion.chunk`` objects amounts to."""
     completion: dict[str, Any] = {"object": "chat.completion"}
     choices: dict[int, dict[str, Any]] = {}
     for raw in chunks:
         chunk = _plain(raw)
-        for key in ("id", "created", "model", "system_fingerprint", "service_tier"):
-            if chunk.get(key) is not None:
-                completion.setdefault(key, chunk[key])
+        for key, value in chunk.items():
+            if key not in _CHUNK_KEYS and value is not None:
+                completion.setdefault(key, value)
         if chunk.get("usage") is not None:
             completion["usage"] = chunk["usage"]
         for part in chunk.get("choices") or []:
             index = part.get("index", 0)
-            state = choices.setdefault(index, {"content": [], "refusal": [], "tool_calls": {}, "role": None})
+            state = choices.setdefault(
+                index, {"content": [], "refusal": [], "tool_calls": {}, "role": None, "other": {}}
+            )
             delta = part.get("delta") or {}
+            for key, value in delta.items():
+                if key not in _DELTA_KEYS and value is not None:
+                    _accumulate(state["other"], key, value)
+            for key, value in part.items():
+                if key not in _CHUNK_CHOICE_KEYS and value is not None:
+                    state.setdefault("choice", {})[key] = value
             if delta.get("role"):
                 state["role"] = delta["role"]
             if delta.get("content") is not None:
@@ -103,11 +126,45 @@ def assemble_chunks(chunks: Iterable[Any]) -> dict[str, Any]:
             if part.get("finish_reason") is not None:
                 state["finish_reason"] = part["finish_reason"]
             if part.get("logprobs") is not None:
-                state.setdefault("logprobs", {"content": []})["content"].extend(
-                    (part["logprobs"] or {}).get("content") or []
-                )
+                gathered = state.setdefault("logprobs", {})
+                for key, tokens in part["logprobs"].items():
+                    if tokens is not None:
+                        _accumulate(gathered, key, tokens)
     completion["choices"] = [_choice(index, state) for index, state in sorted(choices.items())]
     return completion
+
+
+class _Fragments(list[str]):
+    """Pieces of a streamed text, joined once the stream is assembled."""
+
+
+def _accumulate(into: dict[str, Any], key: str, value: Any) -> None:
+    """Add a streamed fragment to what came before under ``key``: text joined
+    (but an ``id`` or a ``type`` is replaced), objects merged key by key, lists
+    extended, anything else replaced."""
+    before = into.get(key)
+    if isinstance(value, str) and key not in ("id", "type"):
+        if isinstance(before, _Fragments):
+            before.append(value)
+        else:
+            into[key] = _Fragments([before, value] if isinstance(before, str) else [value])
+    elif isinstance(value, dict):
+        merged = into[key] = before if isinstance(before, dict) else {}
+        for name, item in value.items():
+            if item is not None:
+                _accumulate(merged, name, item)
+    elif isinstance(value, list) and isinstance(before, list):
+        before.extend(value)
+    else:
+        into[key] = list(value) if isinstance(value, list) else value
+
+
+def _assembled(value: Any) -> Any:
+    if isinstance(value, _Fragments):
+        return "".join(value)
+    if isinstance(value, dict):
+        return {key: _assembled(item) for key, item in value.items()}
+    return value
 
 
 def _merge_tool_call(calls: dict[int, dict[str, Any]], fragment: dict[str, Any]) -> None:
@@ -125,7 +182,7 @@ def _merge_tool_call(calls: dict[int, dict[str, Any]], fragment: dict[str, Any])
 
 
 def _choice(index: int, state: dict[str, Any]) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": state["role"] or "assistant"}
+    message: dict[str, Any] = {"role": state["role"] or "assistant", **_assembled(state["other"])}
     message["content"] = "".join(state["content"]) if state["content"] else None
     if state["refusal"]:
         message["refusal"] = "".join(state["refusal"])
@@ -136,7 +193,12 @@ def _choice(index: int, state: dict[str, Any]) -> dict[str, Any]:
         ]
     if "function_call" in state:
         message["function_call"] = state["function_call"]
-    choice: dict[str, Any] = {"index": index, "message": message, "finish_reason": state.get("finish_reason")}
+    choice: dict[str, Any] = {
+        **state.get("choice", {}),
+        "index": index,
+        "message": message,
+        "finish_reason": state.get("finish_reason"),
+    }
     if "logprobs" in state:
-        choice["logprobs"] = state["logprobs"]
+        choice["logprobs"] = _assembled(state["logprobs"])
     return choice
