@@ -144,6 +144,26 @@ def test_import_show_export_rm(run: Run, tmp_path: Path) -> None:
     assert len(run("export").stdout.splitlines()) == 3
 
 
+def test_reimporting_records_without_chat_ids_replaces_their_chats(run: Run, tmp_path: Path) -> None:
+    run("db", "upgrade")
+    records = [
+        {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]},
+        [{"role": "user", "content": "Why?"}],
+        {"messages": [{"role": "user", "content": "no chat id"}]},
+    ]
+    path = write(tmp_path / "records.jsonl", "".join(json.dumps(record) + "\n" for record in records))
+
+    def stored() -> list[tuple[str, list[tuple[str, str]]]]:
+        docs = [json.loads(line) for line in run("export").stdout.splitlines()]
+        return sorted((d["chat_id"], [(m["uid"], m["content"]) for m in d["messages"]]) for d in docs)
+
+    assert "imported 3 chats" in run("import", path).stderr
+    first = stored()
+    assert "imported 3 chats" in run("import", path).stderr
+    assert stored() == first
+    assert len(first) == 3
+
+
 def test_import_reports_bad_records_and_keeps_good_ones(run: Run, tmp_path: Path) -> None:
     run("db", "upgrade")
     lines = [

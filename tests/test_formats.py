@@ -401,6 +401,44 @@ def test_chatgpt_refuses_a_broken_tree() -> None:
             chatgpt.to_document({**CHATGPT, "mapping": mapping})
 
 
+def _keys_reversed(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _keys_reversed(value[key]) for key in reversed(value)}
+    if isinstance(value, list):
+        return [_keys_reversed(item) for item in value]
+    return value
+
+
+_BARE = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+_UNNAMED_MASTERBRAIN = {key: value for key, value in MASTERBRAIN.items() if key != "chat_id"}
+_CANONICAL = {"messages": [{"role": "user", "content": "hi"}], "feedback": [{"score": 1}]}
+
+
+@pytest.mark.parametrize(
+    ("record", "another"),
+    [
+        (SHAREGPT, {**SHAREGPT, "system": "Be brief."}),
+        (_BARE, _BARE[:1]),
+        (MALEVICH, MALEVICH[:1]),
+        (_UNNAMED_MASTERBRAIN, {**_UNNAMED_MASTERBRAIN, "title": "PCR"}),
+        (_CANONICAL, {**_CANONICAL, "title": "t"}),
+    ],
+    ids=["sharegpt", "openai", "malevich", "masterbrain", "canonical"],
+)
+def test_a_record_without_a_chat_id_is_named_by_its_content(record: Any, another: Any) -> None:
+    first = formats.to_document(copy.deepcopy(record))
+    again = formats.to_document(_keys_reversed(record))  # the order of its keys does not count
+    assert first.chat_id == again.chat_id
+    assert first.model_dump() == again.model_dump()
+    uids = [message.uid for message in first.messages]
+    assert len(set(uids)) == len(uids)
+    assert all(item.message_uid in (None, *uids) for item in first.feedback)
+    assert formats.to_document(another).chat_id != first.chat_id
+    # A record that names its chat keeps its id; the archive's own API still makes random ones.
+    assert formats.to_document({"chat_id": "named", "messages": []}).chat_id == "named"
+    assert ChatDocument.parse({"messages": []}).chat_id != ChatDocument.parse({"messages": []}).chat_id
+
+
 def test_detection() -> None:
     assert formats.detect(MASTERBRAIN) == "masterbrain"
     assert formats.detect(MALEVICH) == "malevich"

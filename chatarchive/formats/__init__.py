@@ -22,6 +22,8 @@ format             what                                           round trip
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -67,13 +69,48 @@ def detect(data: Any) -> str:
 
 
 def to_document(data: Any, format: str = "auto") -> ChatDocument:
-    """Import one record in ``format`` (``auto``: detect it)."""
+    """Import one record in ``format`` (``auto``: detect it).
+
+    A record that names no chat id (a bare message list, a ShareGPT record...)
+    gets one made from its content, and its messages and feedback without a uid
+    or id get ids made from that and their position: importing the same record
+    again replaces its chat with the same document instead of adding a copy.
+    """
     name = detect(data) if format == "auto" else format
     adapter = IMPORT_FORMATS.get(name)
     if adapter is None:
         raise InvalidDocument(f"unknown import format {format!r}")
     document: ChatDocument = adapter.to_document(data)
+    if "chat_id" not in document.model_fields_set:
+        _identify_by_content(document, data)
     return document
+
+
+#: The namespace of the name-based (version 5) UUIDs of records without a chat id.
+RECORD_NAMESPACE = uuid.UUID("270a51b5-08a3-42ca-b0c1-cf4ef2b1d0a5")
+
+
+def _identify_by_content(document: ChatDocument, record: Any) -> None:
+    """Give ``document`` the chat id of ``record``'s JSON (keys sorted, so that
+    their order does not count), and its messages and feedback without a given
+    uid or id theirs."""
+    try:
+        text = json.dumps(record, sort_keys=True, separators=(",", ":"), default=str)
+    except (TypeError, ValueError, RecursionError):  # not JSON: the document was valid, keep its random id
+        return
+    chat = uuid.uuid5(RECORD_NAMESPACE, text)
+    document.chat_id = str(chat)
+    renamed: dict[str, str] = {}
+    for position, message in enumerate(document.messages):
+        if "uid" not in message.model_fields_set:
+            uid = str(uuid.uuid5(chat, f"message/{position}"))
+            renamed[message.uid] = uid
+            message.uid = uid
+    for position, item in enumerate(document.feedback):
+        if "id" not in item.model_fields_set:
+            item.id = str(uuid.uuid5(chat, f"feedback/{position}"))
+        if item.message_uid in renamed:
+            item.message_uid = renamed[item.message_uid]
 
 
 def export(doc: ChatDocument, format: str) -> Any:

@@ -126,7 +126,7 @@ def to_document(data: Any) -> ChatDocument:
             item["message_uid"] = doc.messages[first_main + index].uid
             feedback.append(item)
         document["feedback"] = feedback
-        document["messages"] = [message.model_dump() for message in doc.messages]
+        document["messages"] = doc.messages  # validated already: their uids stay generated ones
         doc = ChatDocument.parse(document)
     return doc
 
