@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Group
 from rich.text import Text
 
-from ._document import ChatDocument, ContentPart, Message
+from ._document import ChatDocument, ContentPart, Message, ToolCall, ToolFunction
 
 __all__ = ["literal", "printable", "render_transcript"]
 
@@ -108,12 +108,11 @@ def _message(index: int, message: Message, results: dict[str, Message]) -> list[
     if message.refusal:
         lines.append(_indented(f"refusal: {message.refusal}", style="red"))
     for call in message.tool_calls or []:
-        name = call.function.name if call.function else (call.custom or {}).get("name")
-        arguments = call.function.arguments if call.function else (call.custom or {}).get("input")
+        name, arguments = _called(call)
         lines.append(
             _indented(f"→ {call.type or 'tool'} call {name}({_short(arguments)})  id={call.id}", style="cyan")
         )
-        answer = results.get(call.id or "")
+        answer = results.get(call.id) if isinstance(call.id, str) else None
         if answer is not None:
             lines.append(_indented(f"  ← {_short(_plain(answer.content))}", style="yellow"))
         else:
@@ -121,6 +120,15 @@ def _message(index: int, message: Message, results: dict[str, Message]) -> list[
     if message.function_call:
         lines.append(_indented(f"→ function call {_short(message.function_call)}", style="cyan"))
     return lines
+
+
+def _called(call: ToolCall) -> tuple[Any, Any]:
+    """A tool call's name and arguments, whatever shape it was kept in."""
+    if isinstance(call.function, ToolFunction):
+        return call.function.name, call.function.arguments
+    if isinstance(call.custom, dict):
+        return call.custom.get("name"), call.custom.get("input")
+    return None, call.function if call.function is not None else call.custom
 
 
 def _part(part: ContentPart) -> Text:
@@ -142,7 +150,7 @@ def _part(part: ContentPart) -> Text:
 
 def _plain(content: Any) -> Any:
     if isinstance(content, list):
-        return " ".join(part.text or "" for part in content if isinstance(part, ContentPart))
+        return " ".join(part.text for part in content if isinstance(part.text, str))
     return content
 
 

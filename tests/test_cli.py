@@ -490,6 +490,34 @@ def test_terminal_output_shows_stored_text_literally(run: Run, tmp_path: Path) -
     assert json.loads(run("export").stdout)["title"] == HOSTILE
 
 
+def test_show_renders_shapes_that_break_the_spec(run: Run, tmp_path: Path) -> None:
+    run("db", "upgrade")
+    doc = {
+        "chat_id": "odd",
+        "messages": [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "a", "function": ["not", "an", "object"]},
+                    {"id": "b", "type": "custom", "custom": "raw input"},
+                    {"id": {"not": "a string"}, "type": "function", "function": {"name": "f"}},
+                    {"id": "c", "type": "custom", "custom": {"name": "grep", "input": "-rn x"}},
+                ],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": "a",
+                "content": [{"type": "image_url", "image_url": "u", "text": 5}],
+            },
+        ],
+    }
+    run("import", write(tmp_path / "odd.json", json.dumps(doc)))
+    shown = run("show", "odd").stdout
+    for expected in ('call None(["not", "an", "object"])', "call None(raw input)", "call grep(-rn x)"):
+        assert expected in shown
+
+
 def test_ls_folds_rather_than_cuts_ids_in_a_narrow_terminal(run: Run, tmp_path: Path) -> None:
     run("db", "upgrade")
     chat_id = "session-2026-11-30-0001-lab"
