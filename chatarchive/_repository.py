@@ -439,8 +439,8 @@ class ChatRepository:
         ``completion`` is a completion (a dict, or an object of the ``openai``
         package) or a list of its streamed chunks; ``choice`` picks one choice
         when there are several. The message keeps the model, finish reason,
-        token usage, and the response's id, ``system_fingerprint`` and
-        ``service_tier`` (see :mod:`chatarchive.formats.openai_completions`).
+        token usage, the response's id, and every other key of the completion
+        and the choice (see :mod:`chatarchive.formats.openai_completions`).
 
         Returns:
             The stored message.
@@ -479,7 +479,10 @@ class ChatRepository:
         if not isinstance(chunk, str):
             raise InvalidDocument("a chunk is a string", chat_id=chat_id, field="chunk")
         # The chunk must be text the archive can hold (valid Unicode, within the limits).
-        parse_messages([{"role": "chunk", "content": chunk}], chat_id=chat_id, limits=self._limits)
+        try:
+            parse_messages([{"role": "chunk", "content": chunk}], chat_id=chat_id, limits=self._limits)
+        except InvalidDocument as exc:
+            raise InvalidDocument(exc.reason, chat_id=chat_id, field="chunk") from None
         if tool_call_index is not None and (not isinstance(tool_call_index, int) or tool_call_index < 0):
             raise InvalidDocument(
                 "tool_call_index must be a whole number >= 0", chat_id=chat_id, field="tool_call_index"
@@ -558,7 +561,7 @@ class ChatRepository:
                 )
             data.update(fields)
             data["completed"] = True
-            message = parse_messages([data], chat_id=chat_id, limits=self._limits)[0]
+            message = parse_messages([data], chat_id=chat_id, first_index=position, limits=self._limits)[0]
             rows = messages_to_rows(chat_id, [message], first_position=position, now=now)
             for table in (message_chunks, content_parts, tool_calls):
                 self._execute(

@@ -157,8 +157,12 @@ def test_chunks_are_refused_where_they_do_not_belong(repo: ChatRepository, make_
     with pytest.raises(ChatNotFound):
         repo.append_chunk("nope", "done", "more")
     begun = repo.begin_message("r")
-    with pytest.raises(InvalidDocument, match="Unicode"):
+    with pytest.raises(InvalidDocument, match="Unicode") as refused:
         repo.append_chunk("r", begun.uid, "\ud800")
+    assert (refused.value.field, refused.value.message_index) == ("chunk", None)
+    with pytest.raises(InvalidDocument) as refused:
+        repo.complete_message("r", begun.uid, role=5)
+    assert (refused.value.field, refused.value.message_index) == ("role", 1)  # its place in the chat
     with pytest.raises(InvalidDocument, match="tool_call_index"):
         repo.append_chunk("r", begun.uid, "x", tool_call_index=-1)
     with pytest.raises(InvalidDocument, match="already complete"):
