@@ -93,6 +93,25 @@ def test_masterbrain_awkward_feedback(variant: dict[str, Any]) -> None:
     assert masterbrain.from_document(masterbrain.to_document(chat)) == chat
 
 
+def test_masterbrain_export_carries_feedback_given_in_the_archive() -> None:
+    doc = ChatDocument.parse(
+        {
+            "chat_id": "x",
+            "messages": [
+                {"role": "user", "content": "q", "uid": "a"},
+                {"role": "assistant", "content": "r", "uid": "b"},
+            ],
+            "feedback": [{"message_uid": "b", "score": 1, "comment": "good"}, {"score": -1}],
+        }
+    )
+    exported = masterbrain.from_document(doc)
+    assert exported["human_feedback"] == [None, {"score": 1, "additional": "good"}]  # no slot for the chat's
+    again = masterbrain.to_document(exported)
+    assert [(item.message_uid, item.score, item.comment) for item in again.feedback] == [
+        (again.messages[1].uid, 1, "good")
+    ]
+
+
 def test_masterbrain_feedback_must_align() -> None:
     with pytest.raises(InvalidDocument, match=r"human_feedback\[1\]"):
         masterbrain.to_document(

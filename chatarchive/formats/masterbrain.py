@@ -13,7 +13,8 @@ ChatDoc                     ChatDocument
 ``scenario_messages``       the first messages, each marked ``"masterbrain": "scenario"``
 ``main_messages``           the messages after them
 ``human_feedback[i]``       feedback on ``main_messages[i]``: ``score``, ``additional``
-                            as ``comment`` (an empty slot, ``null``, is no feedback)
+                            as ``comment`` (an empty slot, ``null``, is no feedback;
+                            feedback on the chat or a scenario message has no slot)
 ``start_time``,             kept as given under the document's ``masterbrain`` key, with
 ``end_time``, ``active``,   every other ChatDoc key (and ``created_at`` / ``updated_at``
 ``deleted``,                are set from the two times when they parse)
@@ -151,8 +152,10 @@ def from_document(doc: ChatDocument) -> Any:
             main.append((message.uid, data))
     chat["scenario_messages"] = scenario
     chat["main_messages"] = [data for _, data in main]
+    position = {uid: index for index, (uid, _) in enumerate(main)}
+    if slots is None and any(item.message_uid in position for item in doc.feedback):
+        slots = len(main)  # feedback given in the archive, on a chat that came without human_feedback
     if slots is not None:
-        position = {uid: index for index, (uid, _) in enumerate(main)}
         feedback: list[Any] = [None] * slots
         for item in doc.feedback:
             index = position.get(item.message_uid or "")
