@@ -447,7 +447,11 @@ class ChatRepository:
         """
         from .formats.openai_completions import message_from_completion
 
-        (message,) = self.append(chat_id, [message_from_completion(completion, choice=choice)])
+        try:
+            recorded = message_from_completion(completion, choice=choice)
+        except InvalidDocument as exc:
+            raise InvalidDocument(exc.reason, chat_id=chat_id, field=exc.field) from None
+        (message,) = self.append(chat_id, [recorded])
         return message
 
     # -- streaming ---------------------------------------------------------------

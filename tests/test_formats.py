@@ -722,6 +722,66 @@ def test_streamed_audio_logprobs_and_moderation_are_assembled_as_openai_does() -
     assert "obfuscation" not in message
 
 
+def _anything_or(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(json_values, strategy)
+
+
+_fragments = st.lists(
+    _anything_or(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "index": _anything_or(st.integers(0, 2)),
+                "id": json_values,
+                "type": json_values,
+                "function": _anything_or(
+                    st.fixed_dictionaries({}, optional={"name": json_values, "arguments": json_values})
+                ),
+            },
+        )
+    ),
+    max_size=2,
+)
+_deltas = st.fixed_dictionaries(
+    {},
+    optional=dict.fromkeys(("role", "content", "refusal", "function_call", "audio"), json_values)
+    | {"tool_calls": _anything_or(_fragments)},
+)
+_completion_choices = st.fixed_dictionaries(
+    {},
+    optional={
+        "index": _anything_or(st.just(0)),
+        "delta": _anything_or(_deltas),
+        "message": _anything_or(st.fixed_dictionaries({"role": json_values, "content": json_values})),
+        "finish_reason": json_values,
+        "logprobs": json_values,
+    },
+)
+_completions = st.fixed_dictionaries(
+    {},
+    optional={
+        "choices": _anything_or(st.lists(_anything_or(_completion_choices), max_size=2)),
+        **dict.fromkeys(("id", "created", "model", "usage", "service_tier"), json_values),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(_completions, st.lists(_anything_or(_completions), max_size=4)))
+def test_damaged_completions_raise_only_invalid_document(completion: Any) -> None:
+    with contextlib.suppress(InvalidDocument):
+        ChatDocument.parse({"messages": [message_from_completion(completion)]})
+
+
+def test_a_damaged_completion_is_named_with_its_chat(archive: ChatArchive) -> None:
+    archive.save({"chat_id": "c", "messages": []})
+    chunks = [{"choices": [{"index": 0, "delta": {"content": ["not", "text"]}}]}]
+    with pytest.raises(InvalidDocument) as refused:
+        archive.record_completion("c", chunks)
+    assert (refused.value.chat_id, refused.value.field) == ("c", "chunks[0].choices[0].delta.content")
+    assert archive.get("c").messages == []
+
+
 def test_the_cli_imports_and_exports_every_format(tmp_path: Any) -> None:
     from click.testing import CliRunner
 

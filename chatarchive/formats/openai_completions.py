@@ -89,22 +89,30 @@ _DELTA_KEYS = frozenset({"role", "content", "refusal", "tool_calls", "function_c
 
 
 def assemble_chunks(chunks: Iterable[Any]) -> dict[str, Any]:
-    """The completion a stream of ``chat.completion.chunk`` objects amounts to."""
+    """The completion a stream of ``chat.completion.chunk`` objects amounts to.
+
+    Raises:
+        InvalidDocument: a chunk of another shape, naming it (``chunks[3].choices[0].delta``).
+    """
     completion: dict[str, Any] = {"object": "chat.completion"}
     choices: dict[int, dict[str, Any]] = {}
-    for raw in chunks:
+    for number, raw in enumerate(chunks):
         chunk = _plain(raw)
         for key, value in chunk.items():
             if key not in _CHUNK_KEYS and value is not None:
                 completion.setdefault(key, value)
         if chunk.get("usage") is not None:
             completion["usage"] = chunk["usage"]
-        for part in chunk.get("choices") or []:
+        for position, part in enumerate(_array(chunk.get("choices"), f"chunks[{number}].choices")):
+            where = f"chunks[{number}].choices[{position}]"
+            _object(part, where)
             index = part.get("index", 0)
+            if type(index) is not int:
+                raise InvalidDocument("a choice's index must be a whole number", field=f"{where}.index")
             state = choices.setdefault(
                 index, {"content": [], "refusal": [], "tool_calls": {}, "role": None, "other": {}}
             )
-            delta = part.get("delta") or {}
+            delta = _object(part.get("delta"), f"{where}.delta", optional=True)
             for key, value in delta.items():
                 if key not in _DELTA_KEYS and value is not None:
                     _accumulate(state["other"], key, value)
@@ -113,25 +121,45 @@ def assemble_chunks(chunks: Iterable[Any]) -> dict[str, Any]:
                     state.setdefault("choice", {})[key] = value
             if delta.get("role"):
                 state["role"] = delta["role"]
-            if delta.get("content") is not None:
-                state["content"].append(delta["content"])
-            if delta.get("refusal") is not None:
-                state["refusal"].append(delta["refusal"])
-            for fragment in delta.get("tool_calls") or []:
-                _merge_tool_call(state["tool_calls"], fragment)
+            for key in ("content", "refusal"):
+                if delta.get(key) is not None:
+                    state[key].append(_text(delta[key], f"{where}.delta.{key}"))
+            fragments = _array(delta.get("tool_calls"), f"{where}.delta.tool_calls")
+            for offset, fragment in enumerate(fragments):
+                _merge_tool_call(state["tool_calls"], fragment, f"{where}.delta.tool_calls[{offset}]")
             if delta.get("function_call"):
+                function = _object(delta["function_call"], f"{where}.delta.function_call")
                 call = state.setdefault("function_call", {"name": "", "arguments": ""})
-                call["name"] += delta["function_call"].get("name") or ""
-                call["arguments"] += delta["function_call"].get("arguments") or ""
+                for key in ("name", "arguments"):
+                    call[key] += _text(function.get(key) or "", f"{where}.delta.function_call.{key}")
             if part.get("finish_reason") is not None:
                 state["finish_reason"] = part["finish_reason"]
             if part.get("logprobs") is not None:
-                gathered = state.setdefault("logprobs", {})
-                for key, tokens in part["logprobs"].items():
-                    if tokens is not None:
-                        _accumulate(gathered, key, tokens)
+                _accumulate(state, "logprobs", part["logprobs"])
     completion["choices"] = [_choice(index, state) for index, state in sorted(choices.items())]
     return completion
+
+
+def _object(value: Any, field: str, *, optional: bool = False) -> dict[str, Any]:
+    if optional and value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidDocument("expected a JSON object", field=field)
+    return value
+
+
+def _array(value: Any, field: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidDocument("expected a JSON array", field=field)
+    return value
+
+
+def _text(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidDocument("expected a string", field=field)
+    return value
 
 
 class _Fragments(list[str]):
@@ -167,18 +195,20 @@ def _assembled(value: Any) -> Any:
     return value
 
 
-def _merge_tool_call(calls: dict[int, dict[str, Any]], fragment: dict[str, Any]) -> None:
+def _merge_tool_call(calls: dict[int, dict[str, Any]], fragment: Any, where: str) -> None:
+    _object(fragment, where)
     index = fragment.get("index", len(calls))
+    if type(index) is not int:
+        raise InvalidDocument("a tool call's index must be a whole number", field=f"{where}.index")
     call = calls.setdefault(index, {"function": {"name": "", "arguments": ""}})
     if fragment.get("id"):
         call["id"] = fragment["id"]
     if fragment.get("type"):
         call["type"] = fragment["type"]
-    function = fragment.get("function") or {}
-    if function.get("name"):
-        call["function"]["name"] += function["name"]
-    if function.get("arguments"):
-        call["function"]["arguments"] += function["arguments"]
+    function = _object(fragment.get("function"), f"{where}.function", optional=True)
+    for key in ("name", "arguments"):
+        if function.get(key):
+            call["function"][key] += _text(function[key], f"{where}.function.{key}")
 
 
 def _choice(index: int, state: dict[str, Any]) -> dict[str, Any]:
