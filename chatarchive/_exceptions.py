@@ -72,7 +72,10 @@ class InvalidDocument(ChatArchiveError, ValueError):
 
 
 def require_at_least_one(value: int, name: str) -> None:
-    """Refuse a count argument (``limit``, ``batch_size``, ``writers``) below 1."""
+    """Refuse a count argument (``limit``, ``batch_size``, ``writers``) that is
+    not a whole number of at least 1 (``True`` and ``2.5`` are not)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidDocument(f"{name} must be a whole number, not {type(value).__name__}", field=name)
     if value < 1:
         raise InvalidDocument(f"{name} must be at least 1", field=name)
 

@@ -487,7 +487,9 @@ class ChatRepository:
             parse_messages([{"role": "chunk", "content": chunk}], chat_id=chat_id, limits=self._limits)
         except InvalidDocument as exc:
             raise InvalidDocument(exc.reason, chat_id=chat_id, field="chunk") from None
-        if tool_call_index is not None and (not isinstance(tool_call_index, int) or tool_call_index < 0):
+        if tool_call_index is not None and (
+            isinstance(tool_call_index, bool) or not isinstance(tool_call_index, int) or tool_call_index < 0
+        ):
             raise InvalidDocument(
                 "tool_call_index must be a whole number >= 0", chat_id=chat_id, field="tool_call_index"
             )

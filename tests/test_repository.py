@@ -789,6 +789,30 @@ def test_id_and_filter_arguments_must_be_strings(repo: ChatRepository) -> None:
     assert repo.get("7").version == 1  # nothing changed
 
 
+ANSWER = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}}]}
+
+
+def test_count_arguments_must_be_whole_numbers(repo: ChatRepository) -> None:
+    # A string or None was compared with 1 (TypeError); 2.5 reached SQLite as a
+    # LIMIT it refused, and PostgreSQL as one it rounded; True counted as 1.
+    repo.save(tool_chat("7"))
+    calls: dict[str, Callable[[Any], object]] = {
+        "limit list_chats": lambda bad: repo.list_chats(limit=bad),
+        "limit search": lambda bad: repo.search("hi", limit=bad),
+        "limit delete_older_than": lambda bad: repo.delete_older_than(T0, limit=bad),
+        "batch_size export": lambda bad: list(repo.export(batch_size=bad)),
+        "batch_size save_many": lambda bad: repo.save_many([], batch_size=bad),
+        "tool_call_index append_chunk": lambda bad: repo.append_chunk("7", "uid", "x", tool_call_index=bad),
+        "choice record_completion": lambda bad: repo.record_completion("7", ANSWER, choice=bad),
+    }
+    for name, call in calls.items():
+        for bad in ("5", 2.5, True, [1]):
+            with pytest.raises(InvalidDocument, match="must be a whole number") as caught:
+                call(bad)
+            assert caught.value.field == name.split()[0], name
+    assert repo.get("7").version == 1  # nothing changed
+
+
 def test_list_chats_pages_newest_first(repo: ChatRepository) -> None:
     for index in range(7):
         doc = tool_chat(

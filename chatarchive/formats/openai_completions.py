@@ -46,6 +46,8 @@ def _plain(value: Any) -> Any:
 def message_from_completion(completion: Any, *, choice: int = 0) -> dict[str, Any]:
     """The assistant message of one choice of a completion (or of a list of
     streamed chunks), ready for :meth:`ChatRepository.append`."""
+    if isinstance(choice, bool) or not isinstance(choice, int):
+        raise InvalidDocument(f"choice must be a whole number, not {type(choice).__name__}", field="choice")
     if isinstance(completion, (list, tuple)):
         completion = assemble_chunks(completion)
     data = _plain(completion)
