@@ -31,7 +31,7 @@ from ._exceptions import (
 from ._ingest import (
     WRITER_QUEUE,
     PreparedBatch,
-    check_batch_size,
+    check_save_many,
     check_writers,
     prepared_batches,
     split_by_chat,
@@ -244,7 +244,7 @@ class ChatArchive:
             return self._call(
                 lambda repo: repo.save_many(docs, batch_size=batch_size, bulk=True, on_error=on_error)
             )
-        check_batch_size(batch_size)
+        check_save_many(batch_size, on_error)
         self._require_schema()
         if writers > 1 and self._postgres:
             return self._save_in_parallel(docs, batch_size, writers, on_error)

@@ -32,7 +32,7 @@ from ._exceptions import (
     require_unscoped,
     require_user_id,
 )
-from ._ingest import Batches, PreparedBatch, check_batch_size, check_writers, prepared_batches, split_by_chat
+from ._ingest import Batches, PreparedBatch, check_save_many, check_writers, prepared_batches, split_by_chat
 from ._repository import ChatChanges, ChatRepository, OnError
 from ._schema import SCHEMA_REVISION, VERSION_TABLE
 from ._search import SearchHit, rebuild_search_index, search_index_of, set_search_index_on
@@ -360,7 +360,7 @@ class AsyncChatArchive:
             return await self._call(
                 lambda repo: repo.save_many(docs, batch_size=batch_size, bulk=True, on_error=on_error)
             )
-        check_batch_size(batch_size)
+        check_save_many(batch_size, on_error)
         if self._engine.dialect.name != "postgresql":
             writers = 1  # one writer at a time
         saved = 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import weakref
@@ -117,6 +118,12 @@ def create_async_engine(
 
 
 def _add_statement_timeout(url: URL, seconds: float | None, options: dict[str, Any]) -> None:
+    if seconds is not None and (
+        isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf
+    ):
+        raise InvalidDocument(
+            f"statement_timeout must be a number of seconds > 0, not {seconds!r}", field="statement_timeout"
+        )
     if seconds is not None and url.get_backend_name() == "postgresql":
         connect_args = dict(options.pop("connect_args", {}))
         setting = f"-c statement_timeout={max(1, round(seconds * 1000))}"

@@ -33,6 +33,7 @@ __all__ = [
     "require_at_least_one",
     "require_moment",
     "require_user_id",
+    "require_version",
 ]
 
 
@@ -78,6 +79,14 @@ def require_at_least_one(value: int, name: str) -> None:
         raise InvalidDocument(f"{name} must be a whole number, not {type(value).__name__}", field=name)
     if value < 1:
         raise InvalidDocument(f"{name} must be at least 1", field=name)
+
+
+def require_version(value: object) -> None:
+    """Refuse an ``expected_version`` that is neither None nor a whole number >= 0."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise InvalidDocument(
+            f"expected_version must be a whole number >= 0, not {value!r}", field="expected_version"
+        )
 
 
 def require_moment(value: object, name: str) -> datetime:

@@ -37,7 +37,7 @@ __all__ = [
     "CopyPlan",
     "PreparedBatch",
     "RowWriter",
-    "check_batch_size",
+    "check_save_many",
     "check_writers",
     "copy_plan",
     "documents_in_flight",
@@ -71,11 +71,14 @@ class PreparedBatch:
 MAX_BATCH_SIZE = 10_000
 
 
-def check_batch_size(batch_size: int) -> None:
-    """The ``batch_size`` argument of save_many: from 1 to ``MAX_BATCH_SIZE``."""
+def check_save_many(batch_size: int, on_error: object) -> None:
+    """The ``batch_size`` (from 1 to ``MAX_BATCH_SIZE``) and ``on_error`` (None or
+    a callable) arguments of save_many, checked before anything is read."""
     require_at_least_one(batch_size, "batch_size")
     if batch_size > MAX_BATCH_SIZE:
         raise InvalidDocument(f"batch_size must be at most {MAX_BATCH_SIZE:,}", field="batch_size")
+    if on_error is not None and not callable(on_error):
+        raise InvalidDocument(f"on_error must be callable, not {type(on_error).__name__}", field="on_error")
 
 
 def check_writers(writers: int, *, bulk: bool) -> None:

@@ -57,8 +57,9 @@ from ._exceptions import (
     require_moment,
     require_text,
     require_user_id,
+    require_version,
 )
-from ._ingest import PreparedBatch, check_batch_size, prepared_batches, row_writer
+from ._ingest import PreparedBatch, check_save_many, prepared_batches, row_writer
 from ._rows import (
     CHAT_ORDERED,
     ChatRows,
@@ -222,6 +223,7 @@ class ChatRepository:
             InvalidDocument: the document is not valid.
             ConflictError: the stored version is not ``expected_version``.
         """
+        require_version(expected_version)
         doc = self._owned(ChatDocument.parse(doc, limits=self._limits))
         with self._write():
             for _ in range(_CREATE_ATTEMPTS):
@@ -276,7 +278,7 @@ class ChatRepository:
         Returns:
             How many documents were saved.
         """
-        check_batch_size(batch_size)
+        check_save_many(batch_size, on_error)
         saved = 0
         batches = prepared_batches(docs, batch_size, stop_at_error=on_error is None, limits=self._limits)
         with closing(batches), self._write(), self._bulk_load() if bulk else nullcontext():
@@ -1019,6 +1021,7 @@ class ChatRepository:
         ``UPDATE ... RETURNING`` (PostgreSQL; SQLite 3.35 and newer); an error
         raised later in the write rolls it back with the rest. Returns the
         row's ``version`` and ``message_count`` as they were before."""
+        require_version(expected_version)
         if not self._session.get_bind().dialect.update_returning:
             current = self._lock(chat_id, expected_version)
             self._touch(chat_id, current, now, message_count=current["message_count"] + added)
@@ -1046,6 +1049,7 @@ class ChatRepository:
         return self._checked(chat_id, before, expected_version)
 
     def _lock(self, chat_id: str, expected_version: int | None = None) -> Mapping[str, Any]:
+        require_version(expected_version)
         return self._checked(chat_id, self._lock_row(chat_id), expected_version)
 
     def _checked(

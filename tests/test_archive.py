@@ -417,3 +417,10 @@ def test_the_api_classes_take_the_same_arguments() -> None:
                 )
                 compared += 1
     assert compared > 40
+
+
+@pytest.mark.parametrize("seconds", ["5", 0, -1.0, float("nan"), True])
+def test_statement_timeout_must_be_seconds(seconds: object) -> None:
+    with pytest.raises(InvalidDocument, match="statement_timeout must be a number of seconds") as caught:
+        ChatArchive("sqlite://", statement_timeout=seconds)  # type: ignore[arg-type]
+    assert caught.value.field == "statement_timeout"

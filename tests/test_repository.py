@@ -792,7 +792,7 @@ def test_id_and_filter_arguments_must_be_strings(repo: ChatRepository) -> None:
 ANSWER = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}}]}
 
 
-def test_count_arguments_must_be_whole_numbers(repo: ChatRepository) -> None:
+def test_count_and_version_arguments_must_be_whole_numbers(repo: ChatRepository) -> None:
     # A string or None was compared with 1 (TypeError); 2.5 reached SQLite as a
     # LIMIT it refused, and PostgreSQL as one it rounded; True counted as 1.
     repo.save(tool_chat("7"))
@@ -805,11 +805,27 @@ def test_count_arguments_must_be_whole_numbers(repo: ChatRepository) -> None:
         "tool_call_index append_chunk": lambda bad: repo.append_chunk("7", "uid", "x", tool_call_index=bad),
         "choice record_completion": lambda bad: repo.record_completion("7", ANSWER, choice=bad),
     }
+    versioned: dict[str, Callable[[Any], object]] = {
+        "save": lambda bad: repo.save(tool_chat("7"), expected_version=bad),
+        "append": lambda bad: repo.append("7", [{"role": "user", "content": "x"}], expected_version=bad),
+        "update": lambda bad: repo.update("7", title="x", expected_version=bad),
+        "truncate": lambda bad: repo.truncate("7", 0, expected_version=bad),
+        "delete_feedback": lambda bad: repo.delete_feedback("7", "f", expected_version=bad),
+    }
     for name, call in calls.items():
         for bad in ("5", 2.5, True, [1]):
             with pytest.raises(InvalidDocument, match="must be a whole number") as caught:
                 call(bad)
             assert caught.value.field == name.split()[0], name
+    for name, call in versioned.items():
+        # "1" was compared with the stored 1 and reported as a conflict ("at version 1, not 1").
+        for bad in ("1", 1.0, True, -1):
+            with pytest.raises(InvalidDocument, match="expected_version must be a whole number") as caught:
+                call(bad)
+            assert caught.value.field == "expected_version", name
+    with pytest.raises(InvalidDocument, match="on_error must be callable") as caught:
+        repo.save_many([{"messages": [{"content": "no role"}]}], on_error=5)  # type: ignore[arg-type]
+    assert caught.value.field == "on_error"
     assert repo.get("7").version == 1  # nothing changed
 
 
