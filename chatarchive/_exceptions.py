@@ -18,6 +18,7 @@ import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import TypeGuard
 
 from sqlalchemy import exc as sa_exc
 
@@ -29,6 +30,7 @@ __all__ = [
     "InvalidDocument",
     "SchemaNotReady",
     "database_errors",
+    "is_whole_number",
     "optional_moment",
     "require_at_least_one",
     "require_moment",
@@ -72,10 +74,15 @@ class InvalidDocument(ChatArchiveError, ValueError):
         super().__init__(f"{', '.join(where)}: {reason}" if where else reason)
 
 
+def is_whole_number(value: object) -> TypeGuard[int]:
+    """Whether ``value`` is an int, and not a bool (``True`` is no count)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def require_at_least_one(value: int, name: str) -> None:
     """Refuse a count argument (``limit``, ``batch_size``, ``writers``) that is
     not a whole number of at least 1 (``True`` and ``2.5`` are not)."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_whole_number(value):
         raise InvalidDocument(f"{name} must be a whole number, not {type(value).__name__}", field=name)
     if value < 1:
         raise InvalidDocument(f"{name} must be at least 1", field=name)
@@ -83,7 +90,7 @@ def require_at_least_one(value: int, name: str) -> None:
 
 def require_version(value: object) -> None:
     """Refuse an ``expected_version`` that is neither None nor a whole number >= 0."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+    if value is not None and (not is_whole_number(value) or value < 0):
         raise InvalidDocument(
             f"expected_version must be a whole number >= 0, not {value!r}", field="expected_version"
         )

@@ -51,6 +51,7 @@ from ._exceptions import (
     ConflictError,
     InvalidDocument,
     database_errors,
+    is_whole_number,
     optional_moment,
     optional_text,
     require_at_least_one,
@@ -489,9 +490,7 @@ class ChatRepository:
             parse_messages([{"role": "chunk", "content": chunk}], chat_id=chat_id, limits=self._limits)
         except InvalidDocument as exc:
             raise InvalidDocument(exc.reason, chat_id=chat_id, field="chunk") from None
-        if tool_call_index is not None and (
-            isinstance(tool_call_index, bool) or not isinstance(tool_call_index, int) or tool_call_index < 0
-        ):
+        if tool_call_index is not None and (not is_whole_number(tool_call_index) or tool_call_index < 0):
             raise InvalidDocument(
                 "tool_call_index must be a whole number >= 0", chat_id=chat_id, field="tool_call_index"
             )
@@ -1021,11 +1020,11 @@ class ChatRepository:
         ``UPDATE ... RETURNING`` (PostgreSQL; SQLite 3.35 and newer); an error
         raised later in the write rolls it back with the rest. Returns the
         row's ``version`` and ``message_count`` as they were before."""
-        require_version(expected_version)
         if not self._session.get_bind().dialect.update_returning:
             current = self._lock(chat_id, expected_version)
             self._touch(chat_id, current, now, message_count=current["message_count"] + added)
             return current
+        require_version(expected_version)
         require_text(chat_id, "chat_id")
         bumped = (
             self._session.execute(

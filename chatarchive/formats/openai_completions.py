@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from chatarchive._exceptions import InvalidDocument
+from chatarchive._exceptions import InvalidDocument, is_whole_number
 
 from ._seconds import time_of
 
@@ -46,7 +46,7 @@ def _plain(value: Any) -> Any:
 def message_from_completion(completion: Any, *, choice: int = 0) -> dict[str, Any]:
     """The assistant message of one choice of a completion (or of a list of
     streamed chunks), ready for :meth:`ChatRepository.append`."""
-    if isinstance(choice, bool) or not isinstance(choice, int):
+    if not is_whole_number(choice):
         raise InvalidDocument(f"choice must be a whole number, not {type(choice).__name__}", field="choice")
     if isinstance(completion, (list, tuple)):
         completion = assemble_chunks(completion)
@@ -107,7 +107,7 @@ def assemble_chunks(chunks: Iterable[Any]) -> dict[str, Any]:
             completion["usage"] = chunk["usage"]
         for position, part in enumerate(_array(chunk.get("choices"), f"chunks[{number}].choices")):
             where = f"chunks[{number}].choices[{position}]"
-            _object(part, where)
+            part = _object(part, where)
             index = part.get("index", 0)
             if type(index) is not int:
                 raise InvalidDocument("a choice's index must be a whole number", field=f"{where}.index")
@@ -198,7 +198,7 @@ def _assembled(value: Any) -> Any:
 
 
 def _merge_tool_call(calls: dict[int, dict[str, Any]], fragment: Any, where: str) -> None:
-    _object(fragment, where)
+    fragment = _object(fragment, where)
     index = fragment.get("index", len(calls))
     if type(index) is not int:
         raise InvalidDocument("a tool call's index must be a whole number", field=f"{where}.index")
