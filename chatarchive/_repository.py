@@ -74,7 +74,7 @@ from ._rows import (
     messages_to_rows,
 )
 from ._schema import metadata
-from ._search import SearchHit, search_messages
+from ._search import SearchHit, check_query, search_messages
 from ._types import ArchiveText, UTCDateTime, escape_text, unescape_json_text
 
 __all__ = ["NOBODY", "ChatChanges", "ChatRepository", "OnError", "scoped_user"]
@@ -871,17 +871,20 @@ class ChatRepository:
 
         ``query`` takes web-search syntax: words (all must match), "quoted
         phrases", ``-word`` to exclude, ``or`` between alternatives. Input is
-        never SQL; a query with nothing searchable in it finds nothing.
+        never SQL; a query with nothing searchable in it finds nothing, and
+        one of more than 64 words is refused (its snippets would take seconds).
         ``model`` matches the chat's or the message's model; ``since`` bounds
         the message's ``created_at``.
 
         Raises:
+            InvalidDocument: an argument of the wrong kind, or a query of
+                more than 64 words.
             SchemaNotReady: the archive's search index is off
                 (:meth:`ChatArchive.set_search_index`).
         """
         require_at_least_one(limit, "limit")
         since = optional_moment(since, "since")
-        require_text(query, "query")
+        check_query(require_text(query, "query"))
         role, model = optional_text(role, "role"), optional_text(model, "model")
         user_id = scoped_user(self._user_id, user_id)
         if user_id is NOBODY:

@@ -26,12 +26,14 @@ from sqlalchemy import Connection, Double, Integer, TextClause, bindparam, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from ._exceptions import SchemaNotReady
+from ._exceptions import InvalidDocument, SchemaNotReady
 from ._schema import PG_SEARCH_INDEXES
 from ._types import ArchiveText, UTCDateTime
 
 __all__ = [
+    "MAX_QUERY_WORDS",
     "SearchHit",
+    "check_query",
     "fts5_query",
     "rebuild_search_index",
     "require_search_index",
@@ -45,6 +47,23 @@ HIGHLIGHT = ("«", "»")
 TEXT_SEARCH_CONFIG = "english"
 #: PostgreSQL indexes (and searches) the first this many characters of each text.
 SEARCHED_CHARACTERS = 100_000
+
+
+#: A search takes at most this many words (runs of letters and digits, as
+#: ``\w+`` counts them). PostgreSQL's snippets (``ts_headline``) cost more than
+#: the square of a query's words for each hit: 1,000 of them take ~1.7 s a hit,
+#: 3,000 ~15 s, 64 a few milliseconds. Web search engines cap queries alike.
+MAX_QUERY_WORDS = 64
+_WORD = re.compile(r"\w+")
+
+
+def check_query(query: str) -> None:
+    """Refuse a search query of more than :data:`MAX_QUERY_WORDS` words."""
+    words = sum(1 for _ in _WORD.finditer(query))
+    if words > MAX_QUERY_WORDS:
+        raise InvalidDocument(
+            f"query has {words} words; a search takes at most {MAX_QUERY_WORDS}", field="query"
+        )
 
 
 def _searched(column: str) -> str:

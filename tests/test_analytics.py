@@ -324,6 +324,17 @@ def test_odd_search_input_is_harmless(loaded: ChatRepository, query: str) -> Non
     assert isinstance(loaded.search(query), list)
 
 
+def test_a_query_of_more_than_64_words_is_refused(loaded: ChatRepository) -> None:
+    # PostgreSQL's snippets of a 3,000-word query took ~15 s a hit: a search box
+    # could hold a backend for minutes. Punctuation does not count as words.
+    assert [h.position for h in loaded.search(" ".join(["primer"] * 64) + " -- & !")] == [3, 4]
+    for query in [" ".join(["primer"] * 65), '"' + "primer " * 3000 + '"', "a-" * 65]:
+        with pytest.raises(InvalidDocument) as error:
+            loaded.search(query)
+        assert error.value.field == "query"
+        assert "at most 64" in str(error.value)
+
+
 def test_search_filters(loaded: ChatRepository) -> None:
     assert [h.chat_id for h in loaded.search("plate", user_id="u2")] == ["gamma", "gamma", "gamma"]
     assert loaded.search("plate", user_id="u1") == []
