@@ -25,6 +25,7 @@ from ._exceptions import (
     SchemaNotReady,
     database_errors,
     require_at_least_one,
+    require_flag,
     require_unscoped,
     require_user_id,
 )
@@ -57,7 +58,7 @@ def row_level_security_of(connection: Connection) -> bool:
 
 
 def set_row_level_security_on(connection: Connection, enabled: bool) -> None:
-    action, force = ("ENABLE", "FORCE") if enabled else ("DISABLE", "NO FORCE")
+    action, force = ("ENABLE", "FORCE") if require_flag(enabled, "enabled") else ("DISABLE", "NO FORCE")
     for table in _TABLES:
         connection.execute(text(f"ALTER TABLE {table} {action} ROW LEVEL SECURITY"))
         connection.execute(text(f"ALTER TABLE {table} {force} ROW LEVEL SECURITY"))
@@ -239,12 +240,12 @@ class ChatArchive:
         ``bulk``; on SQLite, which has one writer at a time, it changes nothing.
         ``on_error`` is then called from the writers' threads, one call at a time.
         """
+        check_save_many(docs, batch_size, bulk=bulk, on_error=on_error)
         check_writers(writers, bulk=bulk)
         if bulk:
             return self._call(
                 lambda repo: repo.save_many(docs, batch_size=batch_size, bulk=True, on_error=on_error)
             )
-        check_save_many(batch_size, on_error)
         self._require_schema()
         if writers > 1 and self._postgres:
             return self._save_in_parallel(docs, batch_size, writers, on_error)

@@ -355,12 +355,12 @@ class AsyncChatArchive:
         """Each batch in its own transaction (``bulk``: all in one); see :meth:`ChatArchive.save_many`.
         With ``writers``, each batch's share of every writer is written concurrently, and the
         next batch starts when they are all done."""
+        check_save_many(docs, batch_size, bulk=bulk, on_error=on_error)
         check_writers(writers, bulk=bulk)
         if bulk:
             return await self._call(
                 lambda repo: repo.save_many(docs, batch_size=batch_size, bulk=True, on_error=on_error)
             )
-        check_save_many(batch_size, on_error)
         if self._engine.dialect.name != "postgresql":
             writers = 1  # one writer at a time
         saved = 0

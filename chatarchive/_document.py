@@ -34,7 +34,7 @@ from pydantic import (
     model_validator,
 )
 
-from ._exceptions import InvalidDocument
+from ._exceptions import InvalidDocument, require_many
 
 __all__ = [
     "ARCHIVE_MESSAGE_FIELDS",
@@ -459,8 +459,7 @@ class ChatDocument(_Record):
         Raises:
             InvalidDocument: when a message (or a chat field) is not valid.
         """
-        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
-            raise InvalidDocument("messages must be a list of message objects", field="messages")
+        require_many(messages, "messages", "messages")
         return cls.parse({**chat_fields, "messages": list(messages)})
 
     def to_openai(self) -> list[dict[str, Any]]:
@@ -510,8 +509,7 @@ def parse_messages(
 ) -> list[Message]:
     """Validate messages one by one, naming the chat and the message's index
     (counted from ``first_index``) in any error."""
-    if isinstance(messages, (str, bytes, Mapping, Message)):
-        raise InvalidDocument("messages must be a list of messages", chat_id=chat_id, field="messages")
+    require_many(messages, "messages", "messages", chat_id=chat_id)
     parsed = []
     for offset, message in enumerate(messages):
         if isinstance(message, Message):

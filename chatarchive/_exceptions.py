@@ -15,11 +15,12 @@ escape raw::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TypeGuard
 
+from pydantic import BaseModel
 from sqlalchemy import exc as sa_exc
 
 __all__ = [
@@ -33,6 +34,8 @@ __all__ = [
     "is_whole_number",
     "optional_moment",
     "require_at_least_one",
+    "require_flag",
+    "require_many",
     "require_moment",
     "require_user_id",
     "require_version",
@@ -88,6 +91,24 @@ def require_at_least_one(value: int, name: str) -> None:
         raise InvalidDocument(f"{name} must be at least 1", field=name)
 
 
+def require_flag(value: object, name: str) -> bool:
+    """Refuse a yes-or-no argument (``bulk``, ``enabled``) that is not a bool:
+    ``bulk="no"`` would otherwise count as yes."""
+    if not isinstance(value, bool):
+        raise InvalidDocument(f"{name} must be True or False, not {value!r}", field=name)
+    return value
+
+
+def require_many(value: object, name: str, items: str, *, chat_id: str | None = None) -> None:
+    """Refuse an argument meant to hold many items (``docs``, ``messages``,
+    ``chat_ids``) that is one item or not iterable at all: a string's
+    characters, a mapping's keys or a model's fields would be taken for items."""
+    if isinstance(value, (str, bytes, Mapping, BaseModel)) or not isinstance(value, Iterable):
+        raise InvalidDocument(
+            f"{name} must be a list of {items}, not {type(value).__name__}", chat_id=chat_id, field=name
+        )
+
+
 def require_version(value: object) -> None:
     """Refuse an ``expected_version`` that is neither None nor a whole number >= 0."""
     if value is not None and (not is_whole_number(value) or value < 0):
@@ -99,10 +120,17 @@ def require_version(value: object) -> None:
 def require_moment(value: object, name: str) -> datetime:
     """A time argument (``since``, ``until``, ``cutoff``) as an aware datetime,
     a naive one taken as UTC. Anything else (an ISO string, a ``date``) is
-    refused here rather than failing inside the database driver."""
+    refused here rather than failing inside the database driver, and so is
+    a time that is no time in UTC (``datetime.min`` at UTC+14)."""
     if not isinstance(value, datetime):
         raise InvalidDocument(f"{name} must be a datetime, not {type(value).__name__}", field=name)
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidDocument(f"{name} is out of range once converted to UTC", field=name) from None
+    return value
 
 
 def optional_moment(value: object, name: str) -> datetime | None:

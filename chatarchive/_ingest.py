@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from ._document import ChatDocument, Limits
 from ._engine import driver_call
-from ._exceptions import InvalidDocument, require_at_least_one
+from ._exceptions import InvalidDocument, require_at_least_one, require_flag, require_many
 from ._rows import ChatRows, document_to_rows
 from ._types import ArchiveText, JsonObject, OrderedJson, UTCDateTime, escape_text, postgres_json_text
 
@@ -71,9 +71,12 @@ class PreparedBatch:
 MAX_BATCH_SIZE = 10_000
 
 
-def check_save_many(batch_size: int, on_error: object) -> None:
-    """The ``batch_size`` (from 1 to ``MAX_BATCH_SIZE``) and ``on_error`` (None or
-    a callable) arguments of save_many, checked before anything is read."""
+def check_save_many(docs: object, batch_size: int, *, bulk: object, on_error: object) -> None:
+    """The arguments of save_many, checked before anything is read: ``docs``
+    an iterable of documents (not one document), ``batch_size`` from 1 to
+    ``MAX_BATCH_SIZE``, ``bulk`` a bool, ``on_error`` None or a callable."""
+    require_many(docs, "docs", "chat documents (save takes one)")
+    require_flag(bulk, "bulk")
     require_at_least_one(batch_size, "batch_size")
     if batch_size > MAX_BATCH_SIZE:
         raise InvalidDocument(f"batch_size must be at most {MAX_BATCH_SIZE:,}", field="batch_size")

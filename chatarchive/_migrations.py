@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Engine
 
 from alembic import command
 
-from ._exceptions import ChatArchiveError, InvalidDocument, database_errors
+from ._exceptions import ChatArchiveError, InvalidDocument, database_errors, require_text
 from ._schema import VERSION_TABLE, described_by_models, metadata
 
 __all__ = [
@@ -59,6 +59,7 @@ def migrate(connection: Connection, revision: str, *, up: bool, lock_timeout: fl
     each lock it needs (a table a long query reads, say) before it fails with
     :class:`ConflictError` and changes nothing, instead of holding up, behind
     its own wait, every query that comes after it."""
+    require_text(revision, "revision")
     config = alembic_config()
     config.attributes["connection"] = connection
     config.attributes["lock_timeout"] = _lock_timeout_ms(lock_timeout)

@@ -55,6 +55,8 @@ from ._exceptions import (
     optional_moment,
     optional_text,
     require_at_least_one,
+    require_flag,
+    require_many,
     require_moment,
     require_text,
     require_user_id,
@@ -203,7 +205,7 @@ class ChatRepository:
         user_id: str | None = None,
     ) -> None:
         self._session = session
-        self._savepoints = savepoints
+        self._savepoints = require_flag(savepoints, "savepoints")
         self._limits = limits
         self._user_id = None if user_id is None else require_user_id(user_id)
 
@@ -279,7 +281,7 @@ class ChatRepository:
         Returns:
             How many documents were saved.
         """
-        check_save_many(batch_size, on_error)
+        check_save_many(docs, batch_size, bulk=bulk, on_error=on_error)
         saved = 0
         batches = prepared_batches(docs, batch_size, stop_at_error=on_error is None, limits=self._limits)
         with closing(batches), self._write(), self._bulk_load() if bulk else nullcontext():
@@ -391,8 +393,8 @@ class ChatRepository:
         Returns:
             The messages as stored (uids and timestamps filled in).
         """
-        if not isinstance(messages, (str, bytes, Mapping, Message)):  # refused by parse_messages
-            messages = list(messages)  # read twice: parsed, then for the uids they came with
+        require_many(messages, "messages", "messages", chat_id=chat_id)
+        messages = list(messages)  # read twice: parsed, then for the uids they came with
         parsed = parse_messages(messages, chat_id=chat_id, limits=self._limits)
         seen: set[str] = set()
         for index, message in enumerate(parsed):
@@ -1302,8 +1304,7 @@ def _fetch_all(
 def requested_ids(chat_ids: Iterable[str]) -> list[str]:
     """The chat ids asked for, each once, in order. A string is refused: it
     is one id, not a list of them (its characters would be looked up)."""
-    if isinstance(chat_ids, str):
-        raise InvalidDocument("chat_ids must be a list of chat ids, not a string", field="chat_ids")
+    require_many(chat_ids, "chat_ids", "chat ids")
     return list(dict.fromkeys(require_text(chat_id, "chat_id") for chat_id in chat_ids))
 
 

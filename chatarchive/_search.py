@@ -26,7 +26,7 @@ from sqlalchemy import Connection, Double, Integer, TextClause, bindparam, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from ._exceptions import InvalidDocument, SchemaNotReady
+from ._exceptions import InvalidDocument, SchemaNotReady, require_flag
 from ._schema import PG_SEARCH_INDEXES
 from ._types import ArchiveText, UTCDateTime
 
@@ -423,6 +423,7 @@ def set_search_index_on(connection: Connection, enabled: bool) -> None:
     the caller's transaction. Without it, writes skip indexing each message's
     text (the largest part of their cost on PostgreSQL) and searches raise
     :class:`SchemaNotReady`. Creating it when it is there changes nothing."""
+    require_flag(enabled, "enabled")
     if connection.dialect.name == "postgresql":
         for name, definition in _PG_SEARCH_INDEX_DEFINITIONS.items():
             if enabled:

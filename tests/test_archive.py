@@ -7,10 +7,11 @@ import gc
 import inspect
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -35,6 +36,7 @@ from chatarchive import (
     for_writing,
 )
 from chatarchive._cli import main
+from chatarchive._schema import SCHEMA_REVISION
 
 from .conftest import throwaway_database
 
@@ -152,13 +154,55 @@ def test_id_and_filter_arguments_must_be_strings(archive: ChatArchive) -> None:
     for call in (lambda: archive.get(7), lambda: archive.get_many([7])):  # type: ignore[arg-type, list-item]
         with pytest.raises(InvalidDocument, match="chat_id must be a string, not int"):
             call()
-    with pytest.raises(InvalidDocument, match="chat_ids must be a list of chat ids, not a string"):
+    with pytest.raises(InvalidDocument, match="chat_ids must be a list of chat ids, not str"):
         archive.get_many("7")
     with pytest.raises(InvalidDocument, match="model must be a string, not int"):
         analytics.model_usage(archive, model=7)  # type: ignore[arg-type]
     with pytest.raises(InvalidDocument, match="workflow must be a string, not int"):
         analytics.daily_usage(archive, workflow=7)  # type: ignore[arg-type]
     assert [row.model for row in analytics.model_usage(archive, model="7")] == ["7"]
+
+
+def test_yes_no_and_revision_arguments_of_the_wrong_kind_are_refused(
+    archive: ChatArchive, async_engine: AsyncEngine, runner: asyncio.Runner
+) -> None:
+    # set_search_index("no") built the index (a truthy string), 0 dropped it;
+    # bulk="no" on the archive ran a bulk load; upgrade(5) raised TypeError.
+    async_archive = AsyncChatArchive(engine=async_engine)
+    calls: dict[str, list[Callable[[Any], object]]] = {
+        "enabled": [
+            lambda bad: archive.set_search_index(bad),
+            lambda bad: runner.run(async_archive.set_search_index(bad)),
+        ],
+        "bulk": [
+            lambda bad: archive.save_many([chat("x")], bulk=bad),
+            lambda bad: runner.run(async_archive.save_many([chat("x")], bulk=bad)),
+        ],
+    }
+    if archive.engine.dialect.name == "postgresql":
+        calls["enabled"] += [
+            lambda bad: archive.set_row_level_security(bad),
+            lambda bad: runner.run(async_archive.set_row_level_security(bad)),
+        ]
+    for field, each in calls.items():
+        for call in each:
+            for bad in ("no", 0, None):
+                with pytest.raises(InvalidDocument, match=f"{field} must be True or False") as caught:
+                    call(bad)
+                assert caught.value.field == field
+    revision_calls: list[Callable[[Any], object]] = [
+        lambda bad: archive.upgrade(bad),
+        lambda bad: archive.downgrade(bad),
+        lambda bad: runner.run(async_archive.upgrade(bad)),
+    ]
+    for revision_call in revision_calls:
+        with pytest.raises(InvalidDocument, match="revision must be a string, not int") as caught:
+            revision_call(5)
+        assert caught.value.field == "revision"
+    assert archive.search_index() is True
+    assert archive.row_level_security() is False
+    assert archive.get_many(["x"]) == []
+    assert archive.current_revision() == SCHEMA_REVISION
 
 
 def test_a_retention_purge_commits_batch_by_batch(

@@ -7,7 +7,7 @@ import json
 import random
 from collections import OrderedDict
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -752,6 +752,20 @@ def test_time_arguments_must_be_datetimes(repo: ChatRepository) -> None:
             with pytest.raises(InvalidDocument, match=f"{field} must be a datetime") as caught:
                 call(bad)
             assert caught.value.field == field
+    calls["cutoff"] = repo.delete_older_than
+    for name, call in calls.items():
+        # A time that is no time in UTC failed in the driver: DatabaseError (OverflowError).
+        for bad in (
+            datetime.min.replace(tzinfo=timezone(timedelta(hours=14))),
+            datetime.max.replace(tzinfo=timezone(timedelta(hours=-1))),
+        ):
+            field = name.split()[-1]
+            with pytest.raises(
+                InvalidDocument, match=f"{field} is out of range once converted to UTC"
+            ) as caught:
+                call(bad)
+            assert caught.value.field == field
+    assert repo.get("c").version == 1
 
 
 def test_id_and_filter_arguments_must_be_strings(repo: ChatRepository) -> None:
@@ -784,7 +798,7 @@ def test_id_and_filter_arguments_must_be_strings(repo: ChatRepository) -> None:
             with pytest.raises(InvalidDocument, match=r"must be a string|valid string") as caught:
                 call(bad)
             assert caught.value.field == field, name
-    with pytest.raises(InvalidDocument, match="chat_ids must be a list of chat ids, not a string"):
+    with pytest.raises(InvalidDocument, match="chat_ids must be a list of chat ids, not str"):
         repo.get_many("7")
     assert repo.get("7").version == 1  # nothing changed
 
@@ -827,6 +841,31 @@ def test_count_and_version_arguments_must_be_whole_numbers(repo: ChatRepository)
         repo.save_many([{"messages": [{"content": "no role"}]}], on_error=5)  # type: ignore[arg-type]
     assert caught.value.field == "on_error"
     assert repo.get("7").version == 1  # nothing changed
+
+
+def test_collection_and_yes_no_arguments_of_the_wrong_kind_are_refused(repo: ChatRepository) -> None:
+    # save_many read a dict as its keys ("a chat document must be a JSON object,
+    # not a string") and a document as its fields; None raised TypeError; a
+    # truthy bulk="no" ran a bulk load.
+    repo.save(tool_chat("7"))
+    bad_docs: list[Any] = [None, {"chat_id": "x", "messages": []}, tool_chat("x"), "x", b"x", 5]
+    for bad in bad_docs:
+        with pytest.raises(InvalidDocument, match="docs must be a list of chat documents") as caught:
+            repo.save_many(bad)
+        assert caught.value.field == "docs"
+    bad_messages: list[Any] = [None, {"role": "user", "content": "x"}, Message(role="user", content="x"), 5]
+    for bad in bad_messages:
+        with pytest.raises(InvalidDocument, match="messages must be a list of messages") as caught:
+            repo.append("7", bad)
+        assert (caught.value.chat_id, caught.value.field) == ("7", "messages")
+    with pytest.raises(InvalidDocument, match="chat_ids must be a list of chat ids, not NoneType"):
+        repo.get_many(None)  # type: ignore[arg-type]
+    for flag in ("no", 1, None):
+        with pytest.raises(InvalidDocument, match="bulk must be True or False") as caught:
+            repo.save_many([tool_chat("y")], bulk=flag)  # type: ignore[arg-type]
+        assert caught.value.field == "bulk"
+    assert repo.get("7").version == 1  # nothing changed
+    assert repo.get_many(["x", "y"]) == []
 
 
 def test_list_chats_pages_newest_first(repo: ChatRepository) -> None:
