@@ -44,7 +44,7 @@ from ._archive import ChatArchive
 from ._document import Timestamp
 from ._exceptions import database_errors, optional_moment, optional_text
 from ._repository import NOBODY, scoped_user
-from ._types import UTCDateTime
+from ._types import ArchiveText, UTCDateTime
 
 __all__ = [
     "READY_QUERIES",
@@ -210,8 +210,21 @@ class FeedbackSummary(_Stats):
     negative_share: float
 
 
+#: The views' and tables' text and time columns, typed as the models' are: on
+#: PostgreSQL, a text with NUL in it is stored escaped (see ``_types``), so a
+#: filter must be escaped and a result unescaped like the repository's.
+_TEXT_COLUMNS = frozenset({"chat_id", "user_id", "model", "workflow_name", "tool_name", "role"})
+_TIME_COLUMNS = frozenset({"created_at"})
+
+
 def _view(name: str, *columns: str) -> Any:
-    return table(name, *(column(name) for name in columns))
+    return table(name, *(column(name, _column_type(name)) for name in columns))
+
+
+def _column_type(name: str) -> ArchiveText | UTCDateTime | None:
+    if name in _TEXT_COLUMNS:
+        return ArchiveText()
+    return UTCDateTime() if name in _TIME_COLUMNS else None
 
 
 _chat_stats = _view(
@@ -301,8 +314,8 @@ def _execute(executor: Session | Connection, query: Select[Any]) -> Sequence[Any
 
 def _workflow_of_chat(source: Source) -> ColumnElement[Any]:
     if _dialect(source) == "postgresql":
-        return literal_column("chats.workflow->>'name'")
-    return func.json_extract(_chats.c.workflow, "$.name")
+        return literal_column("chats.workflow->>'name'", ArchiveText())
+    return func.json_extract(_chats.c.workflow, "$.name", type_=ArchiveText())
 
 
 def _dialect(source: Source) -> str:

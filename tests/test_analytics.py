@@ -257,6 +257,42 @@ def test_analytics_take_the_archive_itself(archive: ChatArchive) -> None:
     assert [r.tool_name for r in analytics.tool_usage(archive)] == ["search", "calc", "lookup"]
 
 
+def test_analytics_give_and_take_text_with_nul_as_it_is(archive: ChatArchive) -> None:
+    # PostgreSQL stores NUL escaped: the functions gave the escaped text
+    # ('a\ue000\ue002b') and a filter with NUL failed in the driver (DatabaseError).
+    call = {"id": "i\x00", "type": "function", "function": {"name": "t\x00n", "arguments": "{}"}}
+    archive.save(
+        {
+            "chat_id": "n\x00c",
+            "user_id": "a\x00b",
+            "model": "m\x00",
+            "workflow": {"name": "w\x00f"},
+            "messages": [
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "i\x00", "content": "r"},
+            ],
+            "feedback": [{"score": 1}],
+        }
+    )
+    mine = {"user_id": "a\x00b", "model": "m\x00"}
+    assert [r.user_id for r in analytics.user_activity(archive, **mine)] == ["a\x00b"]
+    assert [r.user_id for r in analytics.user_activity(archive.for_user("a\x00b"))] == ["a\x00b"]
+    assert [r.model for r in analytics.model_usage(archive, **mine)] == ["m\x00"]
+    assert [r.model for r in analytics.daily_usage(archive, **mine)] == ["m\x00"]
+    assert [r.tool_name for r in analytics.tool_usage(archive, **mine)] == ["t\x00n"]
+    assert [r.model for r in analytics.feedback_summary(archive, **mine)] == ["m\x00"]
+    assert analytics.user_activity(archive, user_id="a")[:1] == []
+    first = analytics.user_activity(archive)[0].first_chat_at
+    assert first.tzinfo is UTC  # not PostgreSQL's zoneinfo Etc/UTC
+    workflows = [r.workflow for r in analytics.workflow_usage(archive)]
+    if archive.engine.dialect.name == "postgresql":
+        assert workflows == ["w\x00f"]
+        assert [r.chats for r in analytics.workflow_usage(archive, workflow="w\x00f")] == [1]
+    else:  # SQLite's JSON functions end a string at NUL (README, Storage details)
+        assert workflows == ["w"]
+
+
 # -- README queries ---------------------------------------------------------------------
 
 README_ANSWERS: dict[str, list[tuple[Any, ...]]] = {
