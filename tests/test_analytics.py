@@ -275,7 +275,7 @@ def test_analytics_give_and_take_text_with_nul_as_it_is(archive: ChatArchive) ->
             "feedback": [{"score": 1}],
         }
     )
-    mine = {"user_id": "a\x00b", "model": "m\x00"}
+    mine: dict[str, Any] = {"user_id": "a\x00b", "model": "m\x00"}
     assert [r.user_id for r in analytics.user_activity(archive, **mine)] == ["a\x00b"]
     assert [r.user_id for r in analytics.user_activity(archive.for_user("a\x00b"))] == ["a\x00b"]
     assert [r.model for r in analytics.model_usage(archive, **mine)] == ["m\x00"]
