@@ -76,6 +76,10 @@ def test_broken_input_is_reported_where_it_breaks(source: str) -> None:
         (1, DOC, None),
         (2, DOC, None),
     ]
+    crlf = json.dumps(DOC) + "\r\n" + json.dumps(DOC) + "\r\n"
+    assert records(crlf, source) == [(1, DOC, None), (2, DOC, None)]
+    repeated = '{"chat_id": "first", ' + json.dumps(DOC)[1:]  # the last value of a repeated key wins
+    assert records(repeated, source) == [(1, DOC, None)]
 
 
 @pytest.mark.parametrize("indent", [None, 2])
