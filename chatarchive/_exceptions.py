@@ -253,6 +253,8 @@ def _translate(orig: BaseException | None, *, lost: bool) -> ChatArchiveError:
         if sqlstate in _SCHEMA_STATES:
             return SchemaNotReady(f"{summary}; run 'chatarchive db upgrade'")
     errorname = getattr(orig, "sqlite_errorname", None)
+    if errorname == "SQLITE_ERROR" and summary.startswith("no such table"):
+        return SchemaNotReady(f"{summary}; run 'chatarchive db upgrade'")
     if isinstance(errorname, str) and errorname.startswith("SQLITE_CONSTRAINT"):
         return ConflictError(f"write conflicts with stored data ({errorname}): {summary}")
     what = "database connection lost" if lost else "database error"

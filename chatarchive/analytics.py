@@ -295,6 +295,8 @@ def _timestamp(moment: datetime) -> ColumnElement[Any]:
 
 
 def _rows(source: Source, query: Select[Any], model: type[_Row]) -> list[_Row]:
+    if isinstance(source, ChatArchive):
+        source._require_schema()  # at the revision whose views these queries read
     with database_errors():
         if isinstance(source, ChatArchive):
             with source.engine.connect() as connection:

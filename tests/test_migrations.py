@@ -18,6 +18,7 @@ import pytest
 from alembic.script import ScriptDirectory
 from click.testing import CliRunner
 from sqlalchemy import URL, inspect
+from sqlalchemy.orm import Session
 
 from chatarchive import (
     AsyncChatArchive,
@@ -26,6 +27,7 @@ from chatarchive import (
     DatabaseError,
     InvalidDocument,
     SchemaNotReady,
+    analytics,
     create_engine,
 )
 from chatarchive._cli import main
@@ -105,6 +107,13 @@ def test_check_reports_a_database_that_is_behind(empty_database: URL) -> None:
         assert "revision none" in check(engine)[0]
         with pytest.raises(SchemaNotReady, match="chatarchive db upgrade"):
             ChatArchive(engine=engine).get("x")
+        # The analytics functions read the views: through the archive they ask
+        # for its revision; through a session, a missing view is SchemaNotReady
+        # on both databases (SQLite's "no such table" was a DatabaseError).
+        with pytest.raises(SchemaNotReady, match="revision none"):
+            analytics.tool_usage(ChatArchive(engine=engine))
+        with Session(engine) as session, pytest.raises(SchemaNotReady, match="chatarchive db upgrade"):
+            analytics.tool_usage(session)
     finally:
         engine.dispose()
 
