@@ -42,7 +42,7 @@ from sqlalchemy.orm import Session
 
 from ._archive import ChatArchive
 from ._document import Timestamp
-from ._exceptions import database_errors, optional_moment, optional_text
+from ._exceptions import InvalidDocument, database_errors, optional_moment, optional_text
 from ._repository import NOBODY, scoped_user
 from ._types import ArchiveText, UTCDateTime
 
@@ -323,8 +323,12 @@ def _workflow_of_chat(source: Source) -> ColumnElement[Any]:
 def _dialect(source: Source) -> str:
     if isinstance(source, ChatArchive):
         return source.engine.dialect.name
-    bind = source.get_bind() if isinstance(source, Session) else source
-    return bind.dialect.name
+    if isinstance(source, Session):
+        return source.get_bind().dialect.name
+    if isinstance(source, Connection):
+        return source.dialect.name
+    wrong = f"source must be a ChatArchive, a Session or a Connection, not {type(source).__name__}"
+    raise InvalidDocument(wrong, field="source")
 
 
 def _legacy_function_call(source: Source) -> ColumnElement[bool]:

@@ -255,6 +255,19 @@ def test_feedback_summary_function(loaded: ChatRepository, session: Session) -> 
 def test_analytics_take_the_archive_itself(archive: ChatArchive) -> None:
     archive.save_many(CHATS)
     assert [r.tool_name for r in analytics.tool_usage(archive)] == ["search", "calc", "lookup"]
+    functions = [
+        analytics.daily_usage,
+        analytics.model_usage,
+        analytics.workflow_usage,
+        analytics.user_activity,
+        analytics.tool_usage,
+        analytics.feedback_summary,
+    ]
+    for function in functions:  # anything else raised AttributeError
+        for wrong in (archive.engine, archive.url.render_as_string(), None):
+            with pytest.raises(InvalidDocument, match="source must be a ChatArchive, a Session") as caught:
+                function(wrong)  # type: ignore[arg-type]
+            assert caught.value.field == "source"
 
 
 def test_analytics_give_and_take_text_with_nul_as_it_is(archive: ChatArchive) -> None:
