@@ -139,7 +139,10 @@ def written(path: str) -> Iterator[IO[str]]:
         return
     target = Path(os.path.realpath(path))  # a link's file is replaced, not the link
     mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_umask()
-    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+    try:
+        fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+    except OSError as exc:  # named by the path asked for, not by the temporary name
+        raise OSError(exc.errno, exc.strerror, path) from None
     try:
         with open(fd, "wb") as raw:
             with _text(raw, target.name) as stream:

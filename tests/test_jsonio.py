@@ -265,6 +265,14 @@ def test_a_file_appears_only_whole(tmp_path: Path) -> None:
     assert stat.S_IMODE(new.stat().st_mode) == 0o666 & ~umask
 
 
+def test_a_file_that_cannot_be_written_is_named_as_asked(tmp_path: Path) -> None:
+    # The error named the temporary file: "/no/.x.jsonl.a3j5x49k.partial: No such file".
+    missing = tmp_path / "no" / "x.jsonl"
+    with pytest.raises(FileNotFoundError) as caught, written(str(missing)):
+        pass
+    assert caught.value.filename == str(missing)
+
+
 def test_a_link_keeps_pointing_at_the_file_written(tmp_path: Path) -> None:
     (tmp_path / "real.jsonl").write_text("old\n")
     link = tmp_path / "latest.jsonl"
