@@ -32,12 +32,13 @@ from rich.progress import (
 )
 from rich.table import Table
 from rich.text import Text
+from sqlalchemy import inspect, text
 
 from . import formats
 from ._archive import ChatArchive
 from ._document import ChatDocument
 from ._engine import DEFAULT_URL, URL_ENV
-from ._exceptions import ChatArchiveError, require_moment
+from ._exceptions import ChatArchiveError, database_errors, require_moment
 from ._ingest import MAX_BATCH_SIZE, documents_in_flight
 from ._jsonio import READ_ERRORS, Record, open_text, read_records, written
 from ._transcript import literal, printable, render_transcript
@@ -97,6 +98,14 @@ def _chat_filter_options(command: Callable[..., None]) -> Callable[..., None]:
 def _chats(number: int) -> str:
     """``1 chat``, ``1,234 chats``: how many chats a command read, wrote or deleted."""
     return f"{number:,} chat{'s' if number != 1 else ''}"
+
+
+def _stored_chats(archive: ChatArchive) -> int:
+    """How many chats the archive's tables hold, at whatever revision they are."""
+    with database_errors(), archive.engine.connect() as connection:
+        if not inspect(connection).has_table("chats"):
+            return 0
+        return int(connection.execute(text("SELECT count(*) FROM chats")).scalar_one())
 
 
 def _before(before: datetime | None, older_than: datetime | None) -> datetime | None:
@@ -221,12 +230,20 @@ def db_upgrade(revision: str, sql: bool, lock_timeout: float | None) -> None:
 @click.argument("revision")
 @_SQL_ONLY
 @_LOCK_TIMEOUT
-def db_downgrade(revision: str, sql: bool, lock_timeout: float | None) -> None:
-    """Migrate the database down to REVISION ('base' drops every table)."""
+@click.option("--yes", is_flag=True, help="Do not ask before 'base' drops tables that hold chats.")
+def db_downgrade(revision: str, sql: bool, lock_timeout: float | None, yes: bool) -> None:
+    """Migrate the database down to REVISION ('base' drops every table, and
+    asks first if they hold chats)."""
     archive = _state().archive
     if sql:
         _print_migration(archive, revision, up=False, lock_timeout=lock_timeout)
         return
+    if revision == "base" and not yes:
+        stored = _stored_chats(archive)
+        if stored:
+            where = archive.url.render_as_string()
+            question = f"Drop every table of {where}, with the {_chats(stored)} in them?"
+            click.confirm(printable(question), abort=True, err=True)
     archive.downgrade(revision, lock_timeout=lock_timeout)
     _stderr.print(f"database at revision {archive.current_revision() or 'base'}")
 

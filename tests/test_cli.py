@@ -82,7 +82,15 @@ def test_db_commands(run: Run) -> None:
     run("db", "upgrade")
     assert run("db", "current").stdout.strip() == SCHEMA_REVISION
     assert run("db", "check").stdout.strip() == "ok"
-    run("db", "downgrade", "base")
+    run("db", "downgrade", "base")  # no chats in it: nothing to ask
+    assert run("db", "current").stdout.strip() == "none"
+    run("db", "upgrade")
+    run("import", "-", stdin=json.dumps(DOC))
+    asked = run("db", "downgrade", "base", stdin="n\n", expect=1)
+    assert "with the 1 chat in them?" in asked.stderr
+    assert run("db", "current").stdout.strip() == SCHEMA_REVISION
+    assert run("show", DOC["chat_id"]).stdout
+    run("db", "downgrade", "base", "--yes")
     assert run("db", "current").stdout.strip() == "none"
 
 
