@@ -16,7 +16,7 @@ from sqlalchemy import URL, Connection, Engine, inspect, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from ._document import ChatDocument, ChatPage, Feedback, Limits, Message
+from ._document import ChatDocument, ChatPage, Feedback, Limits, Message, check_limits
 from ._engine import create_engine, for_reading, for_writing
 from ._exceptions import (
     ChatArchiveError,
@@ -103,7 +103,7 @@ class ChatArchive:
             # garbage collector (Python 3.13's sqlite3 warns of each one).
             weakref.finalize(self, engine.dispose)
         self._engine = engine
-        self._limits = limits
+        self._limits = check_limits(limits)
         self._user_id: str | None = None
         self._schema_ready = False
         self._postgres = self._engine.dialect.name == "postgresql"

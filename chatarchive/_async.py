@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
 from ._archive import row_level_security_of, set_row_level_security_on
-from ._document import ChatDocument, ChatPage, Feedback, Limits, Message
+from ._document import ChatDocument, ChatPage, Feedback, Limits, Message, check_limits
 from ._engine import create_async_engine, for_reading, for_writing
 from ._exceptions import (
     SchemaNotReady,
@@ -261,7 +261,7 @@ class AsyncChatArchive:
         self._engine = engine
         self._reader = for_reading(engine)
         self._writer = for_writing(engine)
-        self._limits = limits
+        self._limits = check_limits(limits)
         self._user_id: str | None = None
         self._schema_ready = False
 

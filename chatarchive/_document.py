@@ -34,7 +34,7 @@ from pydantic import (
     model_validator,
 )
 
-from ._exceptions import InvalidDocument, require_many
+from ._exceptions import InvalidDocument, require_at_least_one, require_many
 
 __all__ = [
     "ARCHIVE_MESSAGE_FIELDS",
@@ -49,6 +49,7 @@ __all__ = [
     "ToolCall",
     "ToolFunction",
     "Usage",
+    "check_limits",
     "new_id",
 ]
 
@@ -102,8 +103,20 @@ class Limits:
     max_parts: int = 1000
     max_json_depth: int = 64
 
+    def __post_init__(self) -> None:
+        for name in ("max_message_bytes", "max_parts", "max_json_depth"):
+            require_at_least_one(getattr(self, name), name)
+
 
 DEFAULT_LIMITS = Limits()
+
+
+def check_limits(limits: object) -> Limits | None:
+    """Refuse a ``limits`` argument that is neither None nor a :class:`Limits`
+    (a dict of them would be taken for none)."""
+    if limits is not None and not isinstance(limits, Limits):
+        raise InvalidDocument(f"limits must be a Limits, not {type(limits).__name__}", field="limits")
+    return limits
 
 
 class _PathError(ValueError):
@@ -446,6 +459,7 @@ class ChatDocument(_Record):
         Raises:
             InvalidDocument: naming the chat, message index and field at fault.
         """
+        check_limits(limits)
         if isinstance(data, ChatDocument):
             return data
         return _validated(cls, data, chat_id=_chat_id_of(data), limits=limits)

@@ -41,6 +41,7 @@ from ._document import (
     Feedback,
     Limits,
     Message,
+    check_limits,
     parse_feedback,
     parse_messages,
 )
@@ -206,7 +207,7 @@ class ChatRepository:
     ) -> None:
         self._session = session
         self._savepoints = require_flag(savepoints, "savepoints")
-        self._limits = limits
+        self._limits = check_limits(limits)
         self._user_id = None if user_id is None else require_user_id(user_id)
 
     # -- writes ----------------------------------------------------------------

@@ -143,6 +143,19 @@ def test_limits_are_configurable(engine: Engine) -> None:
     )
     assert errors == [1]
     strict.delete("fine")
+    # Limits of the wrong kind failed at the first save with TypeError ('5'), or
+    # refused everything (0), or were silently not limits at all (a dict).
+    for wrong in ({"max_parts": "5"}, {"max_parts": 0}, {"max_message_bytes": -1}, {"max_json_depth": True}):
+        with pytest.raises(InvalidDocument, match="must be") as caught:
+            Limits(**wrong)
+        assert caught.value.field == next(iter(wrong))
+    for build in (
+        lambda: ChatArchive(engine=engine, limits={"max_parts": 3}),  # type: ignore[arg-type]
+        lambda: ChatDocument.parse({"chat_id": "x", "messages": []}, limits=5),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(InvalidDocument, match="limits must be a Limits") as caught:
+            build()
+        assert caught.value.field == "limits"
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
