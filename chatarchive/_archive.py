@@ -149,7 +149,10 @@ class ChatArchive:
         """A repository whose calls share one transaction, committed when the
         block ends and rolled back if it raises."""
         with self._session(savepoints=True) as repository:
-            yield repository
+            try:
+                yield repository
+            finally:
+                repository._end()
 
     @contextmanager
     def _session(self, *, savepoints: bool) -> Iterator[ChatRepository]:

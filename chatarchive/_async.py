@@ -26,6 +26,7 @@ from ._archive import row_level_security_of, set_row_level_security_on
 from ._document import ChatDocument, ChatPage, Feedback, Limits, Message, check_limits
 from ._engine import create_async_engine, for_reading, for_writing
 from ._exceptions import (
+    ChatArchiveError,
     SchemaNotReady,
     database_errors,
     require_at_least_one,
@@ -33,7 +34,7 @@ from ._exceptions import (
     require_user_id,
 )
 from ._ingest import Batches, PreparedBatch, check_save_many, check_writers, prepared_batches, split_by_chat
-from ._repository import ChatChanges, ChatRepository, OnError
+from ._repository import ENDED, ChatChanges, ChatRepository, OnError
 from ._schema import SCHEMA_REVISION, VERSION_TABLE
 from ._search import SearchHit, rebuild_search_index, search_index_of, set_search_index_on
 
@@ -59,8 +60,12 @@ class AsyncChatRepository:
     ) -> None:
         self._session = session
         self._options: dict[str, Any] = {"savepoints": savepoints, "limits": limits, "user_id": user_id}
+        self._ended = False
 
     async def _run(self, call: Callable[[ChatRepository], _T]) -> _T:
+        if self._ended:  # see ChatRepository._end
+            raise ChatArchiveError(ENDED)
+
         def in_sync_session(session: Session) -> _T:
             return call(ChatRepository(session, **self._options))
 
@@ -296,7 +301,10 @@ class AsyncChatArchive:
     async def transaction(self) -> AsyncIterator[AsyncChatRepository]:
         """A repository whose calls share one transaction."""
         async with self._session(savepoints=True) as repository:
-            yield repository
+            try:
+                yield repository
+            finally:
+                repository._ended = True
 
     @asynccontextmanager
     async def _session(

@@ -80,7 +80,7 @@ from ._schema import metadata
 from ._search import SearchHit, check_query, search_messages
 from ._types import ArchiveText, UTCDateTime, escape_text, unescape_json_text
 
-__all__ = ["NOBODY", "ChatChanges", "ChatRepository", "OnError", "scoped_user"]
+__all__ = ["ENDED", "NOBODY", "ChatChanges", "ChatRepository", "OnError", "scoped_user"]
 
 #: ``on_error(index, error)``: told about a document that could not be saved.
 OnError = Callable[[int, ChatArchiveError], None]
@@ -173,6 +173,10 @@ class ChatChanges(TypedDict, total=False):
     tags: list[str]
 
 
+#: What a repository says when it is used after its transaction() block.
+ENDED = "this repository's transaction has ended with its transaction() block; start a new one"
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -206,6 +210,7 @@ class ChatRepository:
         user_id: str | None = None,
     ) -> None:
         self._session = session
+        self._ended = False
         self._savepoints = require_flag(savepoints, "savepoints")
         self._limits = check_limits(limits)
         self._user_id = None if user_id is None else require_user_id(user_id)
@@ -956,6 +961,12 @@ class ChatRepository:
 
     # -- internals -------------------------------------------------------------
 
+    def _end(self) -> None:
+        """Refuse every later call: the transaction this repository was made
+        for (:meth:`ChatArchive.transaction`) is over, and its session would
+        begin another that nothing commits."""
+        self._ended = True
+
     @contextmanager
     def _write(self, *, savepoint: bool | None = None) -> Iterator[None]:
         use_savepoint = self._savepoints if savepoint is None else savepoint
@@ -970,7 +981,10 @@ class ChatRepository:
             yield
 
     def _set_scope(self) -> None:
-        """Tell PostgreSQL's row-level security whose rows this transaction may see."""
+        """Tell PostgreSQL's row-level security whose rows this transaction may
+        see (every read and write starts here, so an ended repository stops here)."""
+        if self._ended:
+            raise ChatArchiveError(ENDED)
         if self._user_id is not None and self._session.get_bind().dialect.name == "postgresql":
             self._session.execute(select(func.set_config("chatarchive.user_id", self._user_id, True)))
 

@@ -24,6 +24,7 @@ from chatarchive import (
     AsyncChatArchive,
     AsyncChatRepository,
     ChatArchive,
+    ChatArchiveError,
     ChatDocument,
     ChatNotFound,
     ChatRepository,
@@ -75,6 +76,34 @@ def test_transaction_commits_together_or_not_at_all(archive: ChatArchive) -> Non
     with pytest.raises(RuntimeError):
         failing_unit_of_work()
     assert [d.chat_id for d in archive.get_many(["a", "b", "c"])] == ["a", "b"]
+
+
+def test_a_repository_used_after_its_transaction_refuses(
+    archive: ChatArchive, async_engine: AsyncEngine, runner: asyncio.Runner
+) -> None:
+    # Its session began a new transaction that nothing committed: the save
+    # returned a version, and the chat was silently never stored.
+    with archive.transaction() as repo:
+        repo.save(chat("a"))
+    async_archive = AsyncChatArchive(engine=async_engine)
+
+    async def used_after() -> AsyncChatRepository:
+        async with async_archive.transaction() as async_repo:
+            await async_repo.save(chat("b"))
+        return async_repo
+
+    async_repo = runner.run(used_after())
+    late: list[Callable[[], object]] = [
+        lambda: repo.save(chat("late")),
+        lambda: repo.get("a"),
+        lambda: list(repo.export()),
+        lambda: runner.run(async_repo.save(chat("late"))),
+        lambda: runner.run(async_repo.get("b")),
+    ]
+    for call in late:
+        with pytest.raises(ChatArchiveError, match="transaction has ended"):
+            call()
+    assert [d.chat_id for d in archive.get_many(["a", "b", "late"])] == ["a", "b"]
 
 
 def test_a_failed_call_inside_a_transaction_leaves_the_rest(archive: ChatArchive) -> None:
