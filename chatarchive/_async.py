@@ -62,8 +62,12 @@ class AsyncChatRepository:
         self._options: dict[str, Any] = {"savepoints": savepoints, "limits": limits, "user_id": user_id}
         self._ended = False
 
+    def _end(self) -> None:
+        """Refuse every later call; see :meth:`ChatRepository._end`."""
+        self._ended = True
+
     async def _run(self, call: Callable[[ChatRepository], _T]) -> _T:
-        if self._ended:  # see ChatRepository._end
+        if self._ended:
             raise ChatArchiveError(ENDED)
 
         def in_sync_session(session: Session) -> _T:
@@ -304,7 +308,7 @@ class AsyncChatArchive:
             try:
                 yield repository
             finally:
-                repository._ended = True
+                repository._end()
 
     @asynccontextmanager
     async def _session(
