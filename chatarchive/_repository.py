@@ -1329,9 +1329,15 @@ def _encode_cursor(updated_at: datetime, chat_id: str) -> str:
 
 
 def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The ``(updated_at, chat_id)`` a cursor of :func:`_encode_cursor` holds;
+    anything else (a cursor edited by hand) is refused, not half-read."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         stamp, chat_id = json.loads(raw)
-        return datetime.fromisoformat(stamp), str(chat_id)
-    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+        if not isinstance(stamp, str) or not isinstance(chat_id, str):
+            raise TypeError
+        moment = datetime.fromisoformat(stamp)
+        moment.astimezone(UTC)  # a time that is no time in UTC: OverflowError
+        return moment, chat_id
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, OverflowError):
         raise InvalidDocument("not a cursor returned by list_chats", field="cursor") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import enum
 import json
 import random
@@ -900,6 +901,19 @@ def test_list_chats_pages_newest_first(repo: ChatRepository) -> None:
     assert (first.message_count, first.version, first.model) == (5, 1, "m2")
     with pytest.raises(InvalidDocument, match="cursor"):
         repo.list_chats(cursor="garbage!")
+    # Edited cursors: a time outside UTC's range was a DatabaseError, a chat id
+    # that is not a string was read as its str() ('None', '5').
+    for stamp, chat_id in [
+        ("9999-12-31T23:59:59-14:00", "c1"),
+        ("0001-01-01T00:00:00+14:00", "c1"),
+        ("2026-01-01T00:00:00+00:00", None),
+        ("2026-01-01T00:00:00+00:00", 5),
+        (20260101, "c1"),
+    ]:
+        edited = base64.urlsafe_b64encode(json.dumps([stamp, chat_id]).encode()).decode()
+        with pytest.raises(InvalidDocument, match="not a cursor returned by list_chats") as caught:
+            repo.list_chats(cursor=edited)
+        assert caught.value.field == "cursor"
     with pytest.raises(InvalidDocument):
         repo.list_chats(limit=0)
 
