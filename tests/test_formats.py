@@ -515,6 +515,16 @@ def test_finetune_selection() -> None:
     assert list(finetune.select(docs[:1], naive, finetune.Selection())) == []
     with pytest.raises(InvalidDocument, match="since must be a datetime"):
         finetune.Filters(since="2026-03-01")  # type: ignore[arg-type]
+    # A chat left without messages once roles are excluded, or without an assistant
+    # message, gave a line OpenAI's fine-tuning refuses ({"messages": []}).
+    only_system = formats.to_document({"chat_id": "s", "messages": [{"role": "system", "content": "s"}]})
+    no_answer = formats.to_document({"chat_id": "u", "messages": [{"role": "user", "content": "q"}]})
+    counted = finetune.Selection()
+    kept = list(
+        finetune.select([only_system, no_answer], finetune.Filters(exclude_roles=("system",)), counted)
+    )
+    assert kept == []
+    assert counted.skipped == {"no messages": 1, "no assistant message": 1}
 
 
 COMPLETION: dict[str, Any] = {

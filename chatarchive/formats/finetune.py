@@ -4,7 +4,9 @@ Messages keep only the keys the fine-tuning API knows (``role``, ``content``,
 ``name``, ``tool_calls``, ``tool_call_id``, ``function_call``, ``weight``); the
 chat's ``workflow["tools"]`` list is written as ``tools`` when it holds tool
 definitions (objects). :func:`select` applies the filters that matter for
-datasets and skips, with a reason, chats whose tool calls are not all answered.
+datasets and skips, with a reason, chats whose tool calls are not all answered
+and chats with no assistant message (none is left to train on; OpenAI's
+fine-tuning refuses such an example).
 """
 
 from __future__ import annotations
@@ -93,8 +95,12 @@ def select(docs: Iterable[ChatDocument], filters: Filters, selection: Selection)
         if unanswered_tool_calls(doc):
             selection.skip("unanswered tool calls")
             continue
-        if not doc.messages:
+        line = from_document(doc, filters.exclude_roles)
+        if not line["messages"]:  # none, or none left once the excluded roles are out
             selection.skip("no messages")
             continue
+        if not any(message["role"] == "assistant" for message in line["messages"]):
+            selection.skip("no assistant message")  # nothing to train on: OpenAI refuses the example
+            continue
         selection.written += 1
-        yield from_document(doc, filters.exclude_roles)
+        yield line
