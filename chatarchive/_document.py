@@ -34,7 +34,7 @@ from pydantic import (
     model_validator,
 )
 
-from ._exceptions import InvalidDocument, require_at_least_one, require_many
+from ._exceptions import InvalidDocument, fits_utc, require_at_least_one, require_many
 
 __all__ = [
     "ARCHIVE_MESSAGE_FIELDS",
@@ -74,10 +74,8 @@ def new_id() -> str:
 def _aware(value: datetime) -> datetime:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
-    try:
-        value.astimezone(UTC)
-    except OverflowError:
-        raise ValueError("timestamp is out of range once converted to UTC") from None
+    if not fits_utc(value):
+        raise ValueError("timestamp is out of range once converted to UTC")
     return value
 
 

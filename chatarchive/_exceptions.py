@@ -31,6 +31,7 @@ __all__ = [
     "InvalidDocument",
     "SchemaNotReady",
     "database_errors",
+    "fits_utc",
     "is_whole_number",
     "optional_moment",
     "require_at_least_one",
@@ -126,11 +127,19 @@ def require_moment(value: object, name: str) -> datetime:
         raise InvalidDocument(f"{name} must be a datetime, not {type(value).__name__}", field=name)
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
+    if not fits_utc(value):
+        raise InvalidDocument(f"{name} is out of range once converted to UTC", field=name)
+    return value
+
+
+def fits_utc(value: datetime) -> bool:
+    """Whether ``value`` is a time in UTC's years 1-9999 (``datetime.min`` at
+    UTC+14 is not: converting it overflows)."""
     try:
         value.astimezone(UTC)
     except OverflowError:
-        raise InvalidDocument(f"{name} is out of range once converted to UTC", field=name) from None
-    return value
+        return False
+    return True
 
 
 def optional_moment(value: object, name: str) -> datetime | None:

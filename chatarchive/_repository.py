@@ -52,6 +52,7 @@ from ._exceptions import (
     ConflictError,
     InvalidDocument,
     database_errors,
+    fits_utc,
     is_whole_number,
     optional_moment,
     optional_text,
@@ -1337,7 +1338,8 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         if not isinstance(stamp, str) or not isinstance(chat_id, str):
             raise TypeError
         moment = datetime.fromisoformat(stamp)
-        moment.astimezone(UTC)  # a time that is no time in UTC: OverflowError
+        if not fits_utc(moment):
+            raise ValueError
         return moment, chat_id
-    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, OverflowError):
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
         raise InvalidDocument("not a cursor returned by list_chats", field="cursor") from None
