@@ -972,18 +972,19 @@ class ChatRepository:
     def _write(self, *, savepoint: bool | None = None) -> Iterator[None]:
         use_savepoint = self._savepoints if savepoint is None else savepoint
         with database_errors(), self._session.begin_nested() if use_savepoint else nullcontext():
-            self._set_scope()
+            self._start()
             yield
 
     @contextmanager
     def _read(self) -> Iterator[None]:
         with database_errors():
-            self._set_scope()
+            self._start()
             yield
 
-    def _set_scope(self) -> None:
-        """Tell PostgreSQL's row-level security whose rows this transaction may
-        see (every read and write starts here, so an ended repository stops here)."""
+    def _start(self) -> None:
+        """Where every read and write starts: refuse a repository whose
+        transaction has ended, and tell PostgreSQL's row-level security whose
+        rows this transaction may see."""
         if self._ended:
             raise ChatArchiveError(ENDED)
         if self._user_id is not None and self._session.get_bind().dialect.name == "postgresql":
