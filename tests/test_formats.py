@@ -469,6 +469,27 @@ def test_detection() -> None:
         formats.detect(42)
 
 
+def test_export_and_import_check_their_arguments() -> None:
+    # A mapping is validated into a document, as save takes one (it raised AttributeError).
+    record = {"chat_id": "c", "messages": [{"role": "user", "content": "hi", "uid": "m"}]}
+    assert formats.export(record, "openai") == [{"role": "user", "content": "hi"}]
+    assert formats.export(ChatDocument.parse(record), "canonical") == formats.export(record, "canonical")
+    with pytest.raises(InvalidDocument, match="must be a JSON object"):
+        formats.export(None, "openai")  # type: ignore[arg-type]
+    with pytest.raises(InvalidDocument, match="message 0"):
+        formats.export({"messages": [{"role": 5}]}, "openai")
+    # A format name that is not a string (TypeError: unhashable type) or unknown.
+    with pytest.raises(InvalidDocument, match="format must be a string") as caught:
+        formats.export(record, ["openai"])  # type: ignore[arg-type]
+    assert caught.value.field == "format"
+    with pytest.raises(InvalidDocument, match="format must be a string"):
+        formats.to_document(record, ["auto"])  # type: ignore[arg-type]
+    with pytest.raises(InvalidDocument, match="unknown export format 'yaml'"):
+        formats.export(record, "yaml")
+    with pytest.raises(InvalidDocument, match="unknown import format 'yaml'"):
+        formats.to_document(record, "yaml")
+
+
 def test_finetune_selection() -> None:
     answered: dict[str, Any] = {
         "chat_id": "ok",
@@ -525,6 +546,30 @@ def test_finetune_selection() -> None:
     )
     assert kept == []
     assert counted.skipped == {"no messages": 1, "no assistant message": 1}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"exclude_roles": "system"}, "exclude_roles"),  # read as its letters: it excluded nothing
+        ({"exclude_roles": [5]}, "exclude_roles"),
+        ({"min_score": "0.5"}, "min_score"),  # compared with scores: TypeError in the middle of an export
+        ({"min_score": float("nan")}, "min_score"),  # no score is at least NaN: every chat skipped
+        ({"min_score": True}, "min_score"),
+        ({"model": 5}, "model"),  # no model equals 5: every chat skipped as "other model"
+    ],
+)
+def test_finetune_filters_refuse_arguments_of_the_wrong_kind(arguments: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidDocument) as caught:
+        finetune.Filters(**arguments)
+    assert caught.value.field == field
+
+
+def test_finetune_lines_refuse_one_role_given_alone() -> None:
+    doc = formats.to_document({"chat_id": "c", "messages": [{"role": "system", "content": "s"}]})
+    assert finetune.from_document(doc, ["system"]) == {"messages": []}
+    with pytest.raises(InvalidDocument, match="exclude_roles must be a list"):
+        finetune.from_document(doc, "system")
 
 
 COMPLETION: dict[str, Any] = {

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from chatarchive._document import ChatDocument
-from chatarchive._exceptions import InvalidDocument
+from chatarchive._exceptions import InvalidDocument, require_text
 
 from . import canonical, chatgpt, finetune, malevich, masterbrain, openai_messages, sharegpt
 
@@ -76,10 +76,10 @@ def to_document(data: Any, format: str = "auto") -> ChatDocument:
     or id get ids made from that and their position: importing the same record
     again replaces its chat with the same document instead of adding a copy.
     """
-    name = detect(data) if format == "auto" else format
+    name = detect(data) if require_text(format, "format") == "auto" else format
     adapter = IMPORT_FORMATS.get(name)
     if adapter is None:
-        raise InvalidDocument(f"unknown import format {format!r}")
+        raise InvalidDocument(f"unknown import format {format!r}", field="format")
     document: ChatDocument = adapter.to_document(data)
     if "chat_id" not in document.model_fields_set:
         _identify_by_content(document, data)
@@ -113,8 +113,13 @@ def _identify_by_content(document: ChatDocument, record: Any) -> None:
             item.message_uid = renamed[item.message_uid]
 
 
-def export(doc: ChatDocument, format: str) -> Any:
-    """Export one document in ``format``."""
-    if format not in EXPORT_FORMATS:
-        raise InvalidDocument(f"unknown export format {format!r}")
-    return EXPORT_FORMATS[format](doc)
+def export(doc: ChatDocument | Mapping[str, Any], format: str) -> Any:
+    """Export one document (a ``ChatDocument``, or a mapping validated into
+    one, as :meth:`ChatArchive.save` takes) in ``format``.
+
+    Raises:
+        InvalidDocument: for an unknown format or a document that is not valid.
+    """
+    if require_text(format, "format") not in EXPORT_FORMATS:
+        raise InvalidDocument(f"unknown export format {format!r}", field="format")
+    return EXPORT_FORMATS[format](ChatDocument.parse(doc))

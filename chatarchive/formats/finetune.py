@@ -11,13 +11,20 @@ fine-tuning refuses such an example).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from chatarchive._document import ChatDocument
-from chatarchive._exceptions import optional_moment
+from chatarchive._exceptions import (
+    InvalidDocument,
+    optional_moment,
+    optional_text,
+    require_many,
+    require_text,
+)
 
 __all__ = ["Filters", "Selection", "from_document", "select", "unanswered_tool_calls"]
 
@@ -25,7 +32,7 @@ _KEYS = ("role", "content", "name", "tool_calls", "tool_call_id", "function_call
 
 
 def from_document(doc: ChatDocument, exclude_roles: Iterable[str] = ()) -> dict[str, Any]:
-    excluded = set(exclude_roles)
+    excluded = set(_roles(exclude_roles))
     messages = [
         {key: value for key, value in message.items() if key in _KEYS}
         for message in doc.to_openai()
@@ -63,7 +70,21 @@ class Filters:
     exclude_roles: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        score = self.min_score
+        if score is not None and (
+            isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score)
+        ):
+            raise InvalidDocument(f"min_score must be a finite number, not {score!r}", field="min_score")
+        optional_text(self.model, "model")
         object.__setattr__(self, "since", optional_moment(self.since, "since"))
+        object.__setattr__(self, "exclude_roles", _roles(self.exclude_roles))
+
+
+def _roles(roles: Iterable[str]) -> tuple[str, ...]:
+    """``exclude_roles`` as a tuple of role names: one name given alone would
+    otherwise be read as its letters, and exclude nothing."""
+    require_many(roles, "exclude_roles", "role names")
+    return tuple(require_text(role, "exclude_roles") for role in roles)
 
 
 @dataclass
