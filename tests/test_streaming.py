@@ -361,6 +361,42 @@ def test_the_example_app_completes_a_whole_answer(
     assert archive.get("whole").messages[1].finish_reason == "stop"
 
 
+def test_the_example_app_keeps_both_first_questions_of_a_new_chat(
+    async_url: str, archive: ChatArchive
+) -> None:
+    """Two first questions to a new chat at once: both appends find no chat, and
+    the second request's save replaced the chat the first had just created (its
+    question was lost; measured on PostgreSQL with two concurrent requests). The
+    other request is made to win the race here, between the append and the save."""
+    from chatarchive.examples.streaming import create_app
+
+    class Raced(AsyncChatArchive):
+        async def append(self, chat_id: str, messages: Any, **fields: Any) -> Any:
+            try:
+                return await super().append(chat_id, messages, **fields)
+            except ChatNotFound:
+                other = {"role": "user", "content": "the other request's question"}
+                await self.save({"chat_id": chat_id, "messages": [other]})
+                raise
+
+    async def words(question: str) -> Any:
+        yield "an answer"
+
+    async def scenario() -> list[Any]:
+        async with Raced(async_url) as raced:
+            transport = httpx.ASGITransport(app=create_app(raced, words))
+            async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+                response = await client.post("/chats/new/messages", json={"text": "my question"})
+                assert response.text == "an answer"
+        return archive.get("new").to_openai()
+
+    assert [(m["role"], m["content"]) for m in asyncio.run(scenario())] == [
+        ("user", "the other request's question"),
+        ("user", "my question"),
+        ("assistant", "an answer"),
+    ]
+
+
 def test_the_async_archive_migrates_and_toggles_security(empty_database: URL, dialect: str) -> None:
     async def scenario() -> None:
         async with AsyncChatArchive(empty_database) as aarchive:

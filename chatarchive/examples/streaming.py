@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
-from chatarchive import AsyncChatArchive, ChatNotFound
+from chatarchive import AsyncChatArchive, ChatNotFound, ConflictError
 
 __all__ = ["Question", "app_from_environment", "create_app", "fake_model"]
 
@@ -47,7 +47,10 @@ def create_app(archive: AsyncChatArchive, model: Model = fake_model) -> FastAPI:
         try:
             await archive.append(chat_id, [user_message])
         except ChatNotFound:
-            await archive.save({"chat_id": chat_id, "messages": [user_message]})
+            try:  # create the chat, unless another request has created it meanwhile
+                await archive.save({"chat_id": chat_id, "messages": [user_message]}, expected_version=0)
+            except ConflictError:  # a plain save would have replaced that request's messages
+                await archive.append(chat_id, [user_message])
         answer = await archive.begin_message(chat_id, model="fake-model")
 
         async def tokens() -> AsyncIterator[str]:
