@@ -15,7 +15,7 @@ from sqlalchemy import Connection, text
 
 from alembic import context
 from chatarchive._engine import create_engine, database_url, writing_on
-from chatarchive._schema import VERSION_TABLE, described_by_models, metadata
+from chatarchive._schema import VERSION_TABLE, described_by_models, metadata, one_of_ours
 from chatarchive._types import ArchiveText, JsonObject, UTCDateTime
 
 config = context.config
@@ -90,6 +90,7 @@ def run_migrations(connection: Connection) -> None:
             compare_type=True,
             render_item=_render_item,
             include_object=_include_object,
+            include_name=one_of_ours,
         )
         with context.begin_transaction():
             if not sqlite:  # the same, one at a time, on PostgreSQL

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, Engine
 from alembic import command
 
 from ._exceptions import ChatArchiveError, InvalidDocument, database_errors, require_text
-from ._schema import VERSION_TABLE, described_by_models, metadata
+from ._schema import VERSION_TABLE, described_by_models, metadata, one_of_ours
 
 __all__ = [
     "alembic_config",
@@ -149,6 +149,7 @@ def problems_of(connection: Connection) -> list[str]:
         opts={
             "version_table": VERSION_TABLE,
             "compare_type": True,
+            "include_name": one_of_ours,
             "include_object": lambda obj, name, kind, reflected, other: described_by_models(
                 name, kind, reflected
             ),

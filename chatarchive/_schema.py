@@ -6,6 +6,7 @@ the schema can be distributed by chat (Citus) without changing any key.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -41,6 +42,7 @@ __all__ = [
     "ToolCallRow",
     "described_by_models",
     "metadata",
+    "one_of_ours",
 ]
 
 NAMING_CONVENTION = {
@@ -71,6 +73,13 @@ def described_by_models(name: str | None, kind: str, reflected: bool) -> bool:
     return not (
         reflected and name is not None and name.startswith(SEARCH_OBJECTS) and kind in ("table", "index")
     )
+
+
+def one_of_ours(name: str | None, kind: str, parent_names: Mapping[str, str | None]) -> bool:
+    """Alembic ``include_name`` hook: compare chatarchive's own tables only. The
+    other tables of a database the archive shares with an application are not
+    drift (the drift check called them tables to drop)."""
+    return kind != "table" or name in metadata.tables
 
 
 #: The four forms a message's ``content`` can take.

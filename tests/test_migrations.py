@@ -118,6 +118,36 @@ def test_check_reports_a_database_that_is_behind(empty_database: URL) -> None:
         engine.dispose()
 
 
+def test_check_leaves_an_applications_own_tables_alone_and_sees_drift_in_ours(empty_database: URL) -> None:
+    """An application's tables in the database the archive shares (what the
+    version table's own name is for) were reported as tables to drop: ``db
+    check`` failed on every shared database, and ``alembic revision
+    --autogenerate`` from the checkout wrote a migration dropping them."""
+    engine = create_engine(empty_database)
+    try:
+        upgrade(engine)
+        with engine.begin() as connection:
+            connection.exec_driver_sql("CREATE TABLE invoices (id integer PRIMARY KEY, chat_id text)")
+            connection.exec_driver_sql("CREATE INDEX invoices_chat ON invoices (chat_id)")
+        assert check(engine) == []
+        alembic = Path(sys.executable).with_name("alembic")
+        result = subprocess.run(
+            [str(alembic), "check"],
+            cwd=ROOT,
+            env=_env_with_url(empty_database),
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        # Our own tables are still compared: an index of ours dropped by hand is drift.
+        with engine.begin() as connection:
+            connection.exec_driver_sql("DROP INDEX ix_chats_user_id_updated_at_chat_id")
+        (problem,) = check(engine)
+        assert "add_index" in problem and "ix_chats_user_id_updated_at_chat_id" in problem
+    finally:
+        engine.dispose()
+
+
 def test_an_unknown_revision_is_refused_and_changes_nothing(empty_database: URL) -> None:
     with ChatArchive(empty_database) as archive:
         archive.upgrade("0004")
