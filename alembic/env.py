@@ -8,7 +8,7 @@ option, ``$CHATARCHIVE_DATABASE_URL``, and the SQLite default.
 from __future__ import annotations
 
 import logging.config
-from typing import Any
+from typing import Any, Literal
 
 from alembic.autogenerate.api import AutogenContext
 from sqlalchemy import Connection, text
@@ -57,7 +57,7 @@ _PLAIN_TYPES = {
 }
 
 
-def _render_item(kind: str, obj: Any, autogen_context: AutogenContext) -> str | bool:
+def _render_item(kind: str, obj: Any, autogen_context: AutogenContext) -> str | Literal[False]:
     if kind == "type" and type(obj) in _PLAIN_TYPES:
         autogen_context.imports.add("from sqlalchemy.dialects import postgresql")
         return _PLAIN_TYPES[type(obj)]
