@@ -38,6 +38,8 @@ __all__ = ["BenchReport", "run_bench"]
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
 _TABLES = [table.name for table in metadata.sorted_tables]
+#: The reference designs' schema and tables (PostgreSQL), dropped after the run.
+_PK_ONLY, _JSONB_DOCS, _JSONB_HISTORY = "bench_pk_only", "bench_jsonb_docs", "bench_jsonb_history"
 
 
 @dataclass
@@ -209,14 +211,17 @@ class _Bench:
 
     def run(self, *, analytics: bool = False, streaming: bool = False) -> BenchReport:
         tool_calls = sum(len(m.get("tool_calls") or ()) for doc in self.docs for m in doc["messages"])
-        self._ingest()
-        self._storage()
-        self._reads()
-        if analytics:
-            self._analytics()
-        if streaming:
-            self._streaming()
-        self._memory()
+        try:
+            self._ingest()
+            self._storage()
+            self._reads()
+            if analytics:
+                self._analytics()
+            if streaming:
+                self._streaming()
+            self._memory()
+        finally:
+            self._drop_references()
         return BenchReport(
             database=self.engine.url.render_as_string(),
             chats=len(self.docs),
@@ -250,7 +255,7 @@ class _Bench:
             self._create_pk_only_schema()
             ways |= {
                 "ingest_raw_copy_own": lambda: self._time_raw_copy(rows, "public"),
-                "ingest_raw_copy_pk_only": lambda: self._time_raw_copy(rows, "bench_pk_only"),
+                "ingest_raw_copy_pk_only": lambda: self._time_raw_copy(rows, _PK_ONLY),
                 "ingest_jsonb_per_chat": self._time_jsonb_per_chat,
                 "ingest_jsonb_per_message": self._time_jsonb_per_message,
                 # As many connections as cores: the server indexes text on each.
@@ -317,15 +322,24 @@ class _Bench:
         now = datetime.now().astimezone()
         return [document_to_rows(ChatDocument.parse(doc), now=now, version=1) for doc in self.docs]
 
+    def _drop_references(self) -> None:
+        """Drop the reference designs' tables: with ``--keep`` they were left in
+        the user's database, where ``db check`` saw them."""
+        if not self.postgres:
+            return
+        with self.engine.begin() as connection:
+            connection.execute(text(f"DROP SCHEMA IF EXISTS {_PK_ONLY} CASCADE"))
+            connection.execute(text(f"DROP TABLE IF EXISTS {_JSONB_DOCS}, {_JSONB_HISTORY}"))
+
     def _create_pk_only_schema(self) -> None:
         with self.engine.begin() as connection:
-            connection.execute(text("DROP SCHEMA IF EXISTS bench_pk_only CASCADE"))
-            connection.execute(text("CREATE SCHEMA bench_pk_only"))
+            connection.execute(text(f"DROP SCHEMA IF EXISTS {_PK_ONLY} CASCADE"))
+            connection.execute(text(f"CREATE SCHEMA {_PK_ONLY}"))
             for table in metadata.sorted_tables:
                 keys = ", ".join(column.name for column in table.primary_key.columns)
                 connection.execute(
                     text(
-                        f"CREATE TABLE bench_pk_only.{table.name} "
+                        f"CREATE TABLE {_PK_ONLY}.{table.name} "
                         f"(LIKE public.{table.name} INCLUDING DEFAULTS, PRIMARY KEY ({keys}))"
                     )
                 )
@@ -376,13 +390,13 @@ class _Bench:
     def _time_jsonb_per_chat(self) -> float:
         """The JSONB-blob design: one document per chat, executemany in a pipeline."""
         with self._driver() as connection:
-            connection.execute("DROP TABLE IF EXISTS bench_jsonb_docs")
-            connection.execute("CREATE TABLE bench_jsonb_docs (chat_id text PRIMARY KEY, doc jsonb NOT NULL)")
+            connection.execute(f"DROP TABLE IF EXISTS {_JSONB_DOCS}")
+            connection.execute(f"CREATE TABLE {_JSONB_DOCS} (chat_id text PRIMARY KEY, doc jsonb NOT NULL)")
             connection.commit()
             start = time.perf_counter()
             with connection.cursor() as cursor:
                 cursor.executemany(
-                    "INSERT INTO bench_jsonb_docs (chat_id, doc) VALUES (%s, %s::jsonb)",
+                    f"INSERT INTO {_JSONB_DOCS} (chat_id, doc) VALUES (%s, %s::jsonb)",
                     [(doc["chat_id"], json.dumps(doc, default=str)) for doc in self.docs],
                 )
             connection.commit()
@@ -391,18 +405,19 @@ class _Bench:
     def _time_jsonb_per_message(self) -> float:
         """A chat-history store: one JSONB row per message, one call per chat."""
         with self._driver() as connection:
-            connection.execute("DROP TABLE IF EXISTS bench_jsonb_history")
+            connection.execute(f"DROP TABLE IF EXISTS {_JSONB_HISTORY}")
             connection.execute(
-                "CREATE TABLE bench_jsonb_history (id bigserial PRIMARY KEY, session_id text NOT NULL, "
+                f"CREATE TABLE {_JSONB_HISTORY} (id bigserial PRIMARY KEY, session_id text NOT NULL, "
                 "message jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"
             )
-            connection.execute("CREATE INDEX ON bench_jsonb_history (session_id)")
+            connection.execute(f"CREATE INDEX ON {_JSONB_HISTORY} (session_id)")
             connection.commit()
+            insert = f"INSERT INTO {_JSONB_HISTORY} (session_id, message) VALUES (%s, %s::jsonb)"
             start = time.perf_counter()
             for doc in self.docs:
                 with connection.cursor() as cursor:
                     cursor.executemany(
-                        "INSERT INTO bench_jsonb_history (session_id, message) VALUES (%s, %s::jsonb)",
+                        insert,
                         [(doc["chat_id"], json.dumps(m, default=str)) for m in doc["messages"]],
                     )
                 connection.commit()
@@ -573,7 +588,7 @@ class _Bench:
                 connection.execute(text(f"SELECT pg_total_relation_size('public.{name}')")).scalar_one()
                 for name in _TABLES
             )
-            docs = connection.execute(text("SELECT pg_total_relation_size('bench_jsonb_docs')")).scalar_one()
+            docs = connection.execute(text(f"SELECT pg_total_relation_size('{_JSONB_DOCS}')")).scalar_one()
             search_index = sum(
                 connection.execute(text("SELECT pg_relation_size(:name)"), {"name": name}).scalar_one()
                 for name in PG_SEARCH_INDEXES

@@ -108,6 +108,16 @@ def _stored_chats(archive: ChatArchive) -> int:
         return int(connection.execute(text("SELECT count(*) FROM chats")).scalar_one())
 
 
+def _ask_if_chats_are_lost(archive: ChatArchive, question: str) -> None:
+    """Ask ``question`` (``{chats}``: how many, ``{where}``: the database, its
+    password hidden) before a command loses the chats the archive holds; none,
+    no question. No answer (no terminal) aborts."""
+    stored = _stored_chats(archive)
+    if stored:
+        asked = question.format(chats=_chats(stored), where=archive.url.render_as_string())
+        click.confirm(printable(asked), abort=True, err=True)
+
+
 def _before(before: datetime | None, older_than: datetime | None) -> datetime | None:
     if before is not None and older_than is not None:
         raise click.UsageError("give --before or --older-than, not both")
@@ -239,11 +249,7 @@ def db_downgrade(revision: str, sql: bool, lock_timeout: float | None, yes: bool
         _print_migration(archive, revision, up=False, lock_timeout=lock_timeout)
         return
     if revision == "base" and not yes:
-        stored = _stored_chats(archive)
-        if stored:
-            where = archive.url.render_as_string()
-            question = f"Drop every table of {where}, with the {_chats(stored)} in them?"
-            click.confirm(printable(question), abort=True, err=True)
+        _ask_if_chats_are_lost(archive, "Drop every table of {where}, with the {chats} in them?")
     archive.downgrade(revision, lock_timeout=lock_timeout)
     _stderr.print(f"database at revision {archive.current_revision() or 'base'}")
 
@@ -811,8 +817,11 @@ def _highlighted(snippet: str) -> Text:
     "--runs", default=3, show_default=True, type=click.IntRange(min=1), help="Runs per figure (median)."
 )
 @click.option(
-    "--keep", is_flag=True, help="Run in the --db database itself (its chatarchive tables are emptied)."
+    "--keep",
+    is_flag=True,
+    help="Run in the --db database itself: its chats are deleted (asked first), the workload is left in it.",
 )
+@click.option("--yes", is_flag=True, help="Do not ask before --keep deletes the chats the database holds.")
 @click.option("--analytics", is_flag=True, help="Also time the views, the README queries and searches.")
 @click.option(
     "--streaming", is_flag=True, help="Also time concurrent streams and append_chunk early and late."
@@ -824,6 +833,7 @@ def bench(
     seed: int,
     runs: int,
     keep: bool,
+    yes: bool,
     analytics: bool,
     streaming: bool,
     as_json: bool,
@@ -834,6 +844,9 @@ def bench(
     unless --keep is given. Ratios compare figures measured in the same run.
     """
     from ._bench import run_bench
+
+    if keep and not yes:
+        _ask_if_chats_are_lost(_state().archive, "Delete the {chats} of {where} to run the benchmark in it?")
 
     progress = Progress(
         SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), console=_stderr, transient=True

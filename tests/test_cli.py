@@ -414,6 +414,23 @@ def test_bench_reports_every_figure(run: Run, dialect: str) -> None:
     assert run("db", "current").stdout.strip() == "none"  # ran in a throwaway database
 
 
+def test_bench_keep_asks_before_deleting_the_chats_and_leaves_no_tables_of_its_own(run: Run) -> None:
+    """--keep emptied a populated archive without a word, and left its reference
+    tables in the database (on PostgreSQL), where db check saw drift."""
+    run("db", "upgrade")
+    run("import", "-", stdin=json.dumps(DOC))
+    bench = ("bench", "--chats", "3", "--messages", "4", "--runs", "1", "--keep", "--json")
+    asked = run(*bench, stdin="n\n", expect=1)
+    assert "Delete the 1 chat of" in asked.stderr
+    assert run("show", DOC["chat_id"]).stdout  # still there
+    report = json.loads(run(*bench, "--yes").stdout)
+    assert report["figures"]["get_median_ms"] > 0
+    assert run("db", "check").stdout.strip() == "ok"
+    assert DOC["chat_id"] not in run("ls").stdout
+    # It leaves its workload in the database; running again asks about those chats, and no answer is no.
+    assert "Delete the 3 chats of" in run(*bench, stdin="", expect=1).stderr
+
+
 def test_bench_streaming_figures(run: Run) -> None:
     args = ("bench", "--chats", "5", "--messages", "4", "--runs", "1", "--streaming", "--json")
     report = json.loads(run(*args).stdout)
