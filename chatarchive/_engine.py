@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
+import threading
 import time
 import weakref
 from collections.abc import Iterator
@@ -17,7 +19,7 @@ from sqlalchemy import URL, Connection, Engine, event, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ._exceptions import DatabaseError, InvalidDocument
+from ._exceptions import ChatArchiveError, DatabaseError, InvalidDocument
 
 __all__ = [
     "DEFAULT_URL",
@@ -96,6 +98,7 @@ def create_engine(
     """
     parsed = database_url(url)
     _add_statement_timeout(parsed, statement_timeout, options)
+    _one_memory_connection(parsed, options, _MemoryPool)
     with _driver_of(parsed):
         engine = sqlalchemy.create_engine(parsed, **options)
     _set_up(engine, parsed, options)
@@ -111,10 +114,67 @@ def create_async_engine(
     if parsed.drivername in ("sqlite", "sqlite+pysqlite"):
         parsed = parsed.set(drivername="sqlite+aiosqlite")
     _add_statement_timeout(parsed, statement_timeout, options)
+    _one_memory_connection(parsed, options, _AsyncMemoryPool)
     with _driver_of(parsed):
         engine = sqlalchemy.ext.asyncio.create_async_engine(parsed, **options)
     _set_up(engine.sync_engine, parsed, options)
     return engine
+
+
+def _in_memory(url: URL) -> bool:
+    return url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
+
+
+class _MemoryPool(sqlalchemy.pool.QueuePool):
+    """The one connection of an in-memory SQLite database, lent to one thread
+    at a time; the others wait for it. A thread that asks again while it holds
+    it (an archive call inside that archive's ``transaction()`` block) would
+    wait for itself: it is refused at once."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._holder: object = None
+
+    def _caller(self) -> object:
+        return threading.get_ident()
+
+    def _do_get(self) -> Any:
+        caller = self._caller()
+        if caller is not None and caller == self._holder:
+            raise ChatArchiveError(
+                "an in-memory SQLite archive has one connection, and this caller's open transaction "
+                "holds it: call the transaction's repository inside its block (or use a database file)"
+            )
+        record = super()._do_get()
+        self._holder = caller
+        return record
+
+    def _do_return_conn(self, record: Any) -> None:
+        self._holder = None
+        super()._do_return_conn(record)
+
+
+class _AsyncMemoryPool(_MemoryPool, sqlalchemy.pool.AsyncAdaptedQueuePool):
+    """:class:`_MemoryPool` for the asyncio engine: lent to one task at a time."""
+
+    def _caller(self) -> object:
+        try:
+            return asyncio.current_task()
+        except RuntimeError:  # no event loop: a thread of its own
+            return threading.get_ident()
+
+
+def _one_memory_connection(url: URL, options: dict[str, Any], pool: type[_MemoryPool]) -> None:
+    """An in-memory SQLite database lives in one connection: share that one
+    connection, one caller at a time, between the threads (and tasks) that use
+    the archive. SQLAlchemy's defaults gave each thread a database of its own
+    (another thread found no tables), and let concurrent tasks into one
+    connection at once ("cannot start a transaction within a transaction").
+    The caller's own pool options win."""
+    if not _in_memory(url) or {"poolclass", "pool", "creator"} & options.keys():
+        return
+    options.update(poolclass=pool, pool_size=1, max_overflow=0)
+    options["connect_args"] = {"check_same_thread": False, **options.get("connect_args", {})}
 
 
 def _add_statement_timeout(url: URL, seconds: float | None, options: dict[str, Any]) -> None:
@@ -139,7 +199,7 @@ def _set_up(engine: Engine, url: URL, options: dict[str, Any]) -> None:
         if not options.get("pool_pre_ping"):
             _ping_idle_connections(engine)
     if url.get_backend_name() == "sqlite":
-        _set_up_sqlite(engine, in_memory=url.database in (None, "", ":memory:"))
+        _set_up_sqlite(engine, in_memory=_in_memory(url))
 
 
 #: Engines made here and still in use: a forked process gives each a new pool.

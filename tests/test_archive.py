@@ -354,6 +354,57 @@ def test_default_archive_lives_in_the_working_directory(
     assert (tmp_path / "chatarchive.db").exists()
 
 
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
+def test_an_in_memory_archive_is_one_database_for_every_thread_and_task(url: str) -> None:
+    """SQLAlchemy's defaults gave each thread a memory database of its own (a
+    FastAPI TestClient's thread found no tables), and let concurrent tasks into
+    one connection at once ("cannot start a transaction within a transaction")."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ChatArchive(url) as archive:
+        archive.upgrade()
+
+        def write(number: int) -> int:
+            archive.save(chat(f"t{number}"))
+            archive.append(f"t{number}", [{"role": "assistant", "content": "ok"}])
+            return len(archive.get(f"t{number}").messages)
+
+        with ThreadPoolExecutor(8) as pool:
+            assert set(pool.map(write, range(32))) == {2}
+        assert len(archive.list_chats(limit=100).items) == 32
+
+        # An archive call inside that archive's transaction block would wait for
+        # the connection its own transaction holds: refused at once, rolled back.
+        def nested() -> None:
+            with archive.transaction() as repo:
+                repo.save(chat("inside"))
+                archive.get("t0")
+
+        with pytest.raises(ChatArchiveError, match="one connection"):
+            nested()
+        with pytest.raises(ChatNotFound):
+            archive.get("inside")
+
+    async def tasks() -> tuple[int, int]:
+        async with AsyncChatArchive(url) as aarchive:
+            await aarchive.upgrade()
+            await aarchive.save(chat("a"))
+            appended = [aarchive.append("a", [{"role": "user", "content": "m"}]) for _ in range(20)]
+            read = [aarchive.get("a") for _ in range(20)]
+            await asyncio.gather(*appended, *read)  # raised DatabaseError
+
+            async def nested() -> None:
+                async with aarchive.transaction() as arepo:
+                    await arepo.save(chat("inside"))
+                    await aarchive.get("a")
+
+            with pytest.raises(ChatArchiveError, match="one connection"):
+                await nested()
+            return len((await aarchive.get("a")).messages), len((await aarchive.list_chats()).items)
+
+    assert asyncio.run(tasks()) == (21, 1)
+
+
 def test_for_writing_takes_the_sqlite_write_lock_up_front(tmp_path: Path) -> None:
     engine = create_engine(f"sqlite:///{tmp_path / 'locks.db'}")
     other = sqlite3.connect(tmp_path / "locks.db", timeout=0, isolation_level=None)

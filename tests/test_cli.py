@@ -426,7 +426,7 @@ def test_bench_keep_asks_before_deleting_the_chats_and_leaves_no_tables_of_its_o
     report = json.loads(run(*bench, "--yes").stdout)
     assert report["figures"]["get_median_ms"] > 0
     assert run("db", "check").stdout.strip() == "ok"
-    assert DOC["chat_id"] not in run("ls").stdout
+    assert str(DOC["chat_id"]) not in run("ls").stdout
     # It leaves its workload in the database; running again asks about those chats, and no answer is no.
     assert "Delete the 3 chats of" in run(*bench, stdin="", expect=1).stderr
 
