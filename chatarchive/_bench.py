@@ -206,6 +206,9 @@ class _Bench:
         self.rng = random.Random(seed + 1)
         self.progress = progress
         self.postgres = engine.dialect.name == "postgresql"
+        #: The schema the archive's tables are in (its search path's first; not
+        #: always public), quoted for SQL.
+        self.schema = self._schema() if self.postgres else ""
         self.message_total = sum(len(doc["messages"]) for doc in docs)
         self.figures: dict[str, float | None] = {}
 
@@ -233,7 +236,12 @@ class _Bench:
 
     # -- ingest ------------------------------------------------------------------
 
-    def _truncate(self, schema: str = "public") -> None:
+    def _schema(self) -> str:
+        with self.engine.connect() as connection:
+            return str(connection.execute(text("SELECT quote_ident(current_schema())")).scalar_one())
+
+    def _truncate(self, schema: str | None = None) -> None:
+        schema = schema or self.schema
         with self.engine.begin() as connection:
             if self.postgres:
                 connection.execute(text(f"TRUNCATE {', '.join(f'{schema}.{t}' for t in _TABLES)}"))
@@ -254,7 +262,7 @@ class _Bench:
             gc.freeze()
             self._create_pk_only_schema()
             ways |= {
-                "ingest_raw_copy_own": lambda: self._time_raw_copy(rows, "public"),
+                "ingest_raw_copy_own": lambda: self._time_raw_copy(rows, self.schema),
                 "ingest_raw_copy_pk_only": lambda: self._time_raw_copy(rows, _PK_ONLY),
                 "ingest_jsonb_per_chat": self._time_jsonb_per_chat,
                 "ingest_jsonb_per_message": self._time_jsonb_per_message,
@@ -272,7 +280,7 @@ class _Bench:
                     lambda: self._time_save_many(writers=2), then_index=True
                 ),
                 "ingest_raw_copy_own_no_search_index": lambda: self._without_search_index(
-                    lambda: self._time_raw_copy(rows, "public")
+                    lambda: self._time_raw_copy(rows, self.schema)
                 ),
             }
         total = self.runs * len(ways)
@@ -340,7 +348,7 @@ class _Bench:
                 connection.execute(
                     text(
                         f"CREATE TABLE {_PK_ONLY}.{table.name} "
-                        f"(LIKE public.{table.name} INCLUDING DEFAULTS, PRIMARY KEY ({keys}))"
+                        f"(LIKE {self.schema}.{table.name} INCLUDING DEFAULTS, PRIMARY KEY ({keys}))"
                     )
                 )
 
@@ -585,7 +593,10 @@ class _Bench:
             return
         with self.engine.connect() as connection:
             ours = sum(
-                connection.execute(text(f"SELECT pg_total_relation_size('public.{name}')")).scalar_one()
+                connection.execute(
+                    text("SELECT pg_total_relation_size(CAST(:name AS regclass))"),
+                    {"name": f"{self.schema}.{name}"},
+                ).scalar_one()
                 for name in _TABLES
             )
             docs = connection.execute(text(f"SELECT pg_total_relation_size('{_JSONB_DOCS}')")).scalar_one()

@@ -431,6 +431,53 @@ def test_bench_keep_asks_before_deleting_the_chats_and_leaves_no_tables_of_its_o
     assert "Delete the 3 chats of" in run(*bench, stdin="", expect=1).stderr
 
 
+def test_bench_keep_runs_in_an_archive_outside_the_public_schema(tmp_path: Path) -> None:
+    """An archive in a schema of its own (the search path names it) ran every
+    command but bench --keep, which named public's tables: a traceback."""
+    from .conftest import throwaway_database
+
+    with throwaway_database("postgresql", tmp_path) as url:
+        engine = create_engine(url)
+        try:
+            with engine.begin() as connection:
+                connection.exec_driver_sql('CREATE SCHEMA "Chats"')
+        finally:
+            engine.dispose()
+        in_schema = url.update_query_dict({"options": '-csearch_path="Chats"'})
+        database = in_schema.render_as_string(hide_password=False)
+        args = [
+            "--db",
+            database,
+            "bench",
+            "--keep",
+            "--chats",
+            "3",
+            "--messages",
+            "4",
+            "--runs",
+            "1",
+            "--json",
+        ]
+        result = subprocess.run([CHATARCHIVE, *args], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        figures = json.loads(result.stdout)["figures"]
+        assert figures["ingest_raw_copy_own"] > 0
+        assert figures["bytes_per_message"] > 0
+        check = subprocess.run([CHATARCHIVE, "--db", database, "db", "check"], capture_output=True, text=True)
+        assert check.stdout.strip() == "ok", check.stderr
+        engine = create_engine(url)
+        try:
+            with engine.connect() as connection:
+                tables = connection.exec_driver_sql(
+                    "SELECT table_schema, count(*) FROM information_schema.tables "
+                    "WHERE table_type = 'BASE TABLE' AND table_schema NOT IN ('pg_catalog', 'information_schema') "
+                    "GROUP BY 1"
+                ).all()
+        finally:
+            engine.dispose()
+        assert dict(tables) == {"Chats": 8}  # the archive's seven and its version table
+
+
 def test_bench_streaming_figures(run: Run) -> None:
     args = ("bench", "--chats", "5", "--messages", "4", "--runs", "1", "--streaming", "--json")
     report = json.loads(run(*args).stdout)
