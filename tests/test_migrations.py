@@ -149,6 +149,38 @@ def test_check_leaves_an_applications_own_tables_alone_and_sees_drift_in_ours(em
         engine.dispose()
 
 
+def test_an_archive_lives_in_the_schema_its_search_path_names(tmp_path: Path) -> None:
+    """PostgreSQL: migrations, reads, search, analytics, row-level security and
+    the drift check all work in a schema of the archive's own, and leave public empty."""
+    from .conftest import throwaway_database
+
+    with throwaway_database("postgresql", tmp_path) as url:
+        with psycopg.connect(_libpq(url), autocommit=True) as admin:
+            admin.execute("CREATE SCHEMA chat")
+        archive = ChatArchive(url.update_query_dict({"options": "-csearch_path=chat"}))
+        try:
+            archive.upgrade()
+            archive.save(
+                {"chat_id": "c", "user_id": "u", "messages": [{"role": "user", "content": "annealing"}]}
+            )
+            assert archive.get("c").messages[0].content == "annealing"
+            assert [hit.chat_id for hit in archive.search("annealing")] == ["c"]
+            assert analytics.daily_usage(archive)[0].messages == 1
+            archive.set_row_level_security(True)
+            assert [c.chat_id for c in archive.for_user("u").list_chats().items] == ["c"]
+            assert archive.check() == []
+            with psycopg.connect(_libpq(url)) as connection:
+                placed = connection.execute(
+                    "SELECT table_schema, count(*) FROM information_schema.tables "
+                    "WHERE table_schema IN ('public', 'chat') GROUP BY 1"
+                ).fetchall()
+            assert dict(placed) == {"chat": len(metadata.tables) + 1 + len(VIEWS)}
+            archive.downgrade("base")
+            assert set(inspect(archive.engine).get_table_names()) <= {VERSION_TABLE}
+        finally:
+            archive.close()
+
+
 def test_an_unknown_revision_is_refused_and_changes_nothing(empty_database: URL) -> None:
     with ChatArchive(empty_database) as archive:
         archive.upgrade("0004")
