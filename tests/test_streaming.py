@@ -359,6 +359,8 @@ def test_the_example_app_completes_a_whole_answer(
     assert shown["messages"][1]["content"] == text
     assert shown["messages"][1]["completed"] is True
     assert archive.get("whole").messages[1].finish_reason == "stop"
+    missing = httpx.get(f"{base}/chats/none", timeout=10)  # was a 500, ChatNotFound's traceback in the log
+    assert (missing.status_code, missing.json()) == (404, {"detail": "chat 'none' not found"})
 
 
 def test_the_example_app_keeps_both_first_questions_of_a_new_chat(

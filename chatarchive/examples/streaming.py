@@ -15,7 +15,7 @@ import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, HTTPException
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
@@ -63,7 +63,10 @@ def create_app(archive: AsyncChatArchive, model: Model = fake_model) -> FastAPI:
 
     @app.get("/chats/{chat_id}")
     async def show(chat_id: str) -> dict[str, Any]:
-        return (await archive.get(chat_id)).model_dump(mode="json")
+        try:
+            return (await archive.get(chat_id)).model_dump(mode="json")
+        except ChatNotFound:
+            raise HTTPException(status_code=404, detail=f"chat {chat_id!r} not found") from None
 
     return app
 
