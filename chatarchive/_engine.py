@@ -19,7 +19,7 @@ from sqlalchemy import URL, Connection, Engine, event, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ._exceptions import ChatArchiveError, DatabaseError, InvalidDocument
+from ._exceptions import ChatArchiveError, DatabaseError, InvalidDocument, is_real_number
 
 __all__ = [
     "DEFAULT_URL",
@@ -178,9 +178,7 @@ def _one_memory_connection(url: URL, options: dict[str, Any], pool: type[_Memory
 
 
 def _add_statement_timeout(url: URL, seconds: float | None, options: dict[str, Any]) -> None:
-    if seconds is not None and (
-        isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf
-    ):
+    if seconds is not None and (not is_real_number(seconds) or not 0 < seconds < math.inf):
         raise InvalidDocument(
             f"statement_timeout must be a number of seconds > 0, not {seconds!r}", field="statement_timeout"
         )

@@ -32,6 +32,7 @@ __all__ = [
     "SchemaNotReady",
     "database_errors",
     "fits_utc",
+    "is_real_number",
     "is_whole_number",
     "optional_moment",
     "require_at_least_one",
@@ -81,6 +82,12 @@ class InvalidDocument(ChatArchiveError, ValueError):
 def is_whole_number(value: object) -> TypeGuard[int]:
     """Whether ``value`` is an int, and not a bool (``True`` is no count)."""
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_real_number(value: object) -> TypeGuard[float]:
+    """Whether ``value`` is an int or a float, and not a bool (``True`` is no
+    number of seconds or score)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def require_at_least_one(value: int, name: str) -> None:

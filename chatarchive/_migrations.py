@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Engine
 
 from alembic import command
 
-from ._exceptions import ChatArchiveError, InvalidDocument, database_errors, require_text
+from ._exceptions import ChatArchiveError, InvalidDocument, database_errors, is_real_number, require_text
 from ._schema import VERSION_TABLE, described_by_models, metadata, one_of_ours
 
 __all__ = [
@@ -103,7 +103,7 @@ def _lock_timeout_ms(seconds: object) -> int | None:
     ``None`` for none; anything but a positive number of seconds is refused."""
     if seconds is None:
         return None
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < 86_400:
+    if not is_real_number(seconds) or not 0 < seconds < 86_400:
         raise InvalidDocument(
             f"lock_timeout must be a number of seconds above 0 and below a day, not {seconds!r}",
             field="lock_timeout",

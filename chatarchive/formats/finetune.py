@@ -20,6 +20,7 @@ from typing import Any
 from chatarchive._document import ChatDocument
 from chatarchive._exceptions import (
     InvalidDocument,
+    is_real_number,
     optional_moment,
     optional_text,
     require_many,
@@ -71,9 +72,7 @@ class Filters:
 
     def __post_init__(self) -> None:
         score = self.min_score
-        if score is not None and (
-            isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score)
-        ):
+        if score is not None and (not is_real_number(score) or not math.isfinite(score)):
             raise InvalidDocument(f"min_score must be a finite number, not {score!r}", field="min_score")
         optional_text(self.model, "model")
         object.__setattr__(self, "since", optional_moment(self.since, "since"))
