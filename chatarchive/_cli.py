@@ -59,12 +59,16 @@ def _ago(ctx: click.Context, param: click.Parameter, value: str | None) -> datet
         return None
     text = value.strip().lower()
     number, unit = text[:-1], _AGE_UNITS.get(text[-1:])
+    if unit is None or not (number.isascii() and number.isdigit()) or int(number) == 0:
+        raise click.BadParameter(
+            f"{value!r} is not an age: a whole number above 0 and h, d or w, such as 90d, 12h or 4w",
+            ctx,
+            param,
+        )
     try:
-        if unit is None or not number.isdigit() or int(number) == 0:
-            raise ValueError(value)
         return datetime.now(UTC) - timedelta(**{unit: int(number)})
-    except (ValueError, OverflowError):
-        raise click.BadParameter(f"{value!r} is not an age such as 90d, 12h or 4w", ctx, param) from None
+    except OverflowError:
+        raise click.BadParameter(f"{value!r} reaches back before the year 1", ctx, param) from None
 
 
 def _before_options(command: Callable[..., None]) -> Callable[..., None]:
