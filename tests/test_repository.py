@@ -918,6 +918,28 @@ def test_list_chats_pages_newest_first(repo: ChatRepository) -> None:
         repo.list_chats(limit=0)
 
 
+def test_list_chats_lists_no_chat_twice_while_chats_change(repo: ChatRepository) -> None:
+    # A chat updated between pages moves to the front: one already listed is
+    # not listed again, one not reached yet is on a new first page; a chat
+    # deleted meanwhile, or the cursor's own chat, does not break the paging.
+    for index in range(6):
+        repo.save(tool_chat(f"c{index}", updated_at=T0 + timedelta(minutes=index)))
+    first = repo.list_chats(limit=2)
+    assert [c.chat_id for c in first.items] == ["c5", "c4"]
+    repo.update("c5", title="seen, then changed")
+    repo.update("c1", title="not reached, then changed")
+    repo.delete("c4")  # the chat the cursor names
+    repo.delete("c2")
+    rest: list[str] = []
+    cursor = first.next_cursor
+    while cursor is not None:
+        page = repo.list_chats(limit=2, cursor=cursor)
+        rest += [c.chat_id for c in page.items]
+        cursor = page.next_cursor
+    assert rest == ["c3", "c0"]
+    assert [c.chat_id for c in repo.list_chats(limit=2).items] == ["c1", "c5"]
+
+
 def test_get_many_takes_any_number_of_ids(repo: ChatRepository) -> None:
     # 300,000 ids in one IN (...) were "too many SQL variables" on SQLite.
     repo.save_many([tool_chat(f"c{n}") for n in range(3)])
