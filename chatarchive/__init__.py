@@ -31,6 +31,7 @@ from ._exceptions import (
     SchemaNotReady,
 )
 from ._repository import ChatChanges, ChatRepository
+from ._schema import is_archive_table
 from ._search import SearchHit
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "create_engine",
     "database_url",
     "for_writing",
+    "is_archive_table",
 ]
 
 __version__ = "0.1.0"

@@ -30,6 +30,7 @@ __all__ = [
     "PG_SEARCH_INDEXES",
     "SCHEMA_REVISION",
     "SEARCH_OBJECTS",
+    "SQLITE_SEARCH_TABLES",
     "VERSION_TABLE",
     "Base",
     "ChatRow",
@@ -40,6 +41,7 @@ __all__ = [
     "TagRow",
     "ToolCallRow",
     "described_by_models",
+    "is_archive_table",
     "metadata",
     "one_of_ours",
 ]
@@ -64,7 +66,11 @@ VERSION_TABLE = "chatarchive_version"
 #: search): the drift check leaves them alone.
 #: PostgreSQL's full-text (GIN) indexes, over messages.text and content_parts.text.
 PG_SEARCH_INDEXES = ("ix_messages_text_search", "ix_content_parts_text_search")
-SEARCH_OBJECTS = (*PG_SEARCH_INDEXES, "message_text_search", "message_search")
+#: SQLite's full-text (FTS5) tables, over the same texts; FTS5 keeps each one's
+#: index in shadow tables named after it.
+SQLITE_SEARCH_TABLES = ("message_text_search", "message_search")
+_FTS5_SHADOWS = ("", "_config", "_content", "_data", "_docsize", "_idx")
+SEARCH_OBJECTS = (*PG_SEARCH_INDEXES, *SQLITE_SEARCH_TABLES)
 
 
 def described_by_models(name: str | None, kind: str, reflected: bool) -> bool:
@@ -79,6 +85,21 @@ def one_of_ours(name: str | None, kind: str, parent_names: object) -> bool:
     other tables of a database the archive shares with an application are not
     drift (the drift check called them tables to drop)."""
     return kind != "table" or name in metadata.tables
+
+
+def is_archive_table(name: str) -> bool:
+    """Whether the table ``name`` is one that chatarchive's migrations create:
+    the archive's tables, its version table and SQLite's full-text tables.
+
+    An application whose own Alembic migrations share the database leaves
+    them out of its autogenerate (``include_name``), which otherwise writes a
+    migration that drops them.
+    """
+    return (
+        name in metadata.tables
+        or name == VERSION_TABLE
+        or any(name == table + shadow for table in SQLITE_SEARCH_TABLES for shadow in _FTS5_SHADOWS)
+    )
 
 
 #: The four forms a message's ``content`` can take.

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from click.testing import CliRunner
-from sqlalchemy import URL, inspect
+from sqlalchemy import URL, Column, Integer, MetaData, Table, Text, inspect
 from sqlalchemy.orm import Session
 
 from chatarchive import (
@@ -29,6 +31,7 @@ from chatarchive import (
     SchemaNotReady,
     analytics,
     create_engine,
+    is_archive_table,
 )
 from chatarchive._cli import main
 from chatarchive._migrations import alembic_config, check, current_revision, downgrade, upgrade
@@ -145,6 +148,32 @@ def test_check_leaves_an_applications_own_tables_alone_and_sees_drift_in_ours(em
         (problem,) = check(engine)
         assert "add_index" in problem
         assert "ix_chats_user_id_updated_at_chat_id" in problem
+    finally:
+        engine.dispose()
+
+
+def test_an_applications_autogenerate_leaves_the_archives_tables_alone(empty_database: URL) -> None:
+    """The other side of a shared database: an application's own Alembic
+    autogenerate saw chatarchive's tables (SQLite's full-text shadow tables
+    among them) as tables to drop. ``is_archive_table`` names every one."""
+    application = MetaData()
+    Table("invoices", application, Column("id", Integer, primary_key=True), Column("chat_id", Text))
+    engine = create_engine(empty_database)
+    try:
+        upgrade(engine)
+        with engine.connect() as connection:
+            tables = inspect(connection).get_table_names()
+            unhooked = compare_metadata(MigrationContext.configure(connection), application)
+
+            def include_name(name: str | None, kind: str, parent_names: object) -> bool:
+                return kind != "table" or name is None or not is_archive_table(name)
+
+            hooked = MigrationContext.configure(connection, opts={"include_name": include_name})
+            diff = compare_metadata(hooked, application)
+        assert {table.name for _, table in (d for d in unhooked if d[0] == "remove_table")} == set(tables)
+        assert [(kind, table.name) for kind, table in diff] == [("add_table", "invoices")]
+        assert all(is_archive_table(name) for name in tables)
+        assert not any(map(is_archive_table, ["invoices", "message_search_history", "alembic_version"]))
     finally:
         engine.dispose()
 
