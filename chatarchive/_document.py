@@ -34,7 +34,7 @@ from pydantic import (
     model_validator,
 )
 
-from ._exceptions import InvalidDocument, fits_utc, require_at_least_one, require_many
+from ._exceptions import LONGEST_ID, InvalidDocument, fits_utc, require_at_least_one, require_many
 
 __all__ = [
     "ARCHIVE_MESSAGE_FIELDS",
@@ -59,7 +59,7 @@ ARCHIVE_MESSAGE_FIELDS = frozenset(
     {"uid", "created_at", "updated_at", "completed", "model", "finish_reason", "usage"}
 )
 
-_ID_LENGTH = {"min_length": 1, "max_length": 255}
+_ID_LENGTH = {"min_length": 1, "max_length": LONGEST_ID}
 
 
 def new_id() -> str:

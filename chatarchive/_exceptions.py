@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from sqlalchemy import exc as sa_exc
 
 __all__ = [
+    "LONGEST_ID",
     "ChatArchiveError",
     "ChatNotFound",
     "ConflictError",
@@ -35,6 +36,7 @@ __all__ = [
     "is_real_number",
     "is_whole_number",
     "optional_moment",
+    "quoted",
     "require_at_least_one",
     "require_flag",
     "require_many",
@@ -71,12 +73,26 @@ class InvalidDocument(ChatArchiveError, ValueError):
         self.field = field
         where = []
         if chat_id is not None:
-            where.append(f"chat {chat_id!r}")
+            where.append(f"chat {quoted(chat_id)}")
         if message_index is not None:
             where.append(f"message {message_index}")
         if field:
             where.append(f"field {field!r}")
         super().__init__(f"{', '.join(where)}: {reason}" if where else reason)
+
+
+#: The longest id (chat_id, user_id, uid, feedback id, tag) a document may
+#: hold; an error message quotes ids up to it whole.
+LONGEST_ID = 255
+
+
+def quoted(value: object) -> str:
+    """``repr(value)`` for an error message, a string longer than any valid id
+    cut and its length given: an id passed to ``get`` or ``delete`` may be of
+    any length, and a message quoting a megabyte of it floods the log."""
+    if isinstance(value, str) and len(value) > LONGEST_ID:
+        return f"{value[:LONGEST_ID]!r}… ({len(value):,} characters)"
+    return repr(value)
 
 
 def is_whole_number(value: object) -> TypeGuard[int]:
@@ -175,7 +191,7 @@ def require_unscoped(user_id: str | None, operation: str) -> None:
     if user_id is not None:
         raise ChatArchiveError(
             f"{operation} changes the archive for every user: call it on the archive, "
-            f"not on the one for_user({user_id!r}) gave"
+            f"not on the one for_user({quoted(user_id)}) gave"
         )
 
 
@@ -184,7 +200,7 @@ def require_user_id(user_id: object) -> str:
     select every chat without a user (``delete_user``) or lift the scope
     (``for_user``)."""
     if not isinstance(user_id, str) or not user_id:
-        raise InvalidDocument(f"user_id must be a non-empty string, not {user_id!r}", field="user_id")
+        raise InvalidDocument(f"user_id must be a non-empty string, not {quoted(user_id)}", field="user_id")
     return user_id
 
 
@@ -193,7 +209,7 @@ class ChatNotFound(ChatArchiveError, LookupError):
 
     def __init__(self, chat_id: str) -> None:
         self.chat_id = chat_id
-        super().__init__(f"chat {chat_id!r} not found")
+        super().__init__(f"chat {quoted(chat_id)} not found")
 
 
 class ConflictError(ChatArchiveError):

@@ -56,6 +56,7 @@ from ._exceptions import (
     is_whole_number,
     optional_moment,
     optional_text,
+    quoted,
     require_at_least_one,
     require_flag,
     require_many,
@@ -600,7 +601,9 @@ class ChatRepository:
                     messages.c.chat_id == chat_id, messages.c.uid == message_uid
                 )
             ).scalar()
-        reason = "the message is already complete" if completed else f"no message with uid {message_uid!r}"
+        reason = (
+            "the message is already complete" if completed else f"no message with uid {quoted(message_uid)}"
+        )
         raise InvalidDocument(reason, chat_id=chat_id, field="message_uid")
 
     def add_feedback(self, chat_id: str, feedback: Feedback | Mapping[str, Any]) -> Feedback:
@@ -657,7 +660,7 @@ class ChatRepository:
             )
             if not removed.rowcount:
                 raise InvalidDocument(
-                    f"no feedback with id {feedback_id!r}", chat_id=chat_id, field="feedback_id"
+                    f"no feedback with id {quoted(feedback_id)}", chat_id=chat_id, field="feedback_id"
                 )
         return int(before["version"]) + 1
 

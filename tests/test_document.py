@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from chatarchive import ChatDocument, InvalidDocument, Message
+from chatarchive._exceptions import quoted
 from chatarchive._rows import document_from_rows, document_to_rows
 
 from .strategies import canonical_documents, exact, message_lists
@@ -286,7 +287,7 @@ def test_bad_documents_are_named_precisely(data: Any, where: dict[str, Any], rea
         assert getattr(error, attribute) == expected, str(error)
     if isinstance(data, dict) and isinstance(data.get("chat_id"), str):
         assert error.chat_id == data["chat_id"]
-        assert repr(data["chat_id"]) in str(error)
+        assert quoted(data["chat_id"]) in str(error)
 
 
 @pytest.mark.parametrize("not_a_list", [{"role": "user"}, "user", 5, None, True])

@@ -940,6 +940,30 @@ def test_list_chats_lists_no_chat_twice_while_chats_change(repo: ChatRepository)
     assert [c.chat_id for c in repo.list_chats(limit=2).items] == ["c1", "c5"]
 
 
+def test_an_error_quotes_an_id_of_any_length_in_a_line(repo: ChatRepository) -> None:
+    # An id passed to get or delete can be of any length: the error quoted all
+    # of it (a megabyte of log per refused request).
+    huge = "x" * 1_000_000
+    repo.save(tool_chat("c1"))
+    uid = repo.get("c1").messages[0].uid
+    refusals: list[tuple[Callable[[], object], type[Exception]]] = [
+        (lambda: repo.get(huge), ChatNotFound),
+        (lambda: repo.delete(huge), ChatNotFound),
+        (lambda: repo.save(tool_chat(huge)), InvalidDocument),
+        (lambda: repo.delete_feedback("c1", huge), InvalidDocument),
+        (lambda: repo.complete_message("c1", huge), InvalidDocument),
+    ]
+    for call, error in refusals:
+        with pytest.raises(error) as caught:
+            call()
+        assert len(str(caught.value)) < 600
+        assert "(1,000,000 characters)" in str(caught.value)
+    with pytest.raises(ChatNotFound) as caught:
+        repo.get("c1" + "y" * 253)  # a valid id is quoted whole
+    assert str(caught.value) == f"chat {'c1' + 'y' * 253!r} not found"
+    assert repo.get("c1").messages[0].uid == uid
+
+
 def test_get_many_takes_any_number_of_ids(repo: ChatRepository) -> None:
     # 300,000 ids in one IN (...) were "too many SQL variables" on SQLite.
     repo.save_many([tool_chat(f"c{n}") for n in range(3)])

@@ -65,8 +65,8 @@ def create_app(archive: AsyncChatArchive, model: Model = fake_model) -> FastAPI:
     async def show(chat_id: str) -> dict[str, Any]:
         try:
             return (await archive.get(chat_id)).model_dump(mode="json")
-        except ChatNotFound:
-            raise HTTPException(status_code=404, detail=f"chat {chat_id!r} not found") from None
+        except ChatNotFound as missing:
+            raise HTTPException(status_code=404, detail=str(missing)) from None
 
     return app
 
