@@ -17,7 +17,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from ._document import ChatDocument, ChatPage, Feedback, Limits, Message, check_limits
-from ._engine import create_engine, for_reading, for_writing
+from ._engine import create_engine, for_reading, for_writing, missing_archive
 from ._exceptions import (
     ChatArchiveError,
     ChatNotFound,
@@ -67,6 +67,30 @@ def set_row_level_security_on(connection: Connection, enabled: bool) -> None:
 def _connection_lost(error: DatabaseError) -> bool:
     cause = error.__cause__
     return isinstance(cause, DBAPIError) and cause.connection_invalidated
+
+
+def require_file(url: URL) -> None:
+    """Refuse, before connecting, a SQLite archive whose file does not exist
+    (see :func:`missing_archive`)."""
+    if (missing := missing_archive(url)) is not None:
+        raise SchemaNotReady(f"{missing}: run 'chatarchive db upgrade' to create it")
+
+
+def stored_revision(connection: Connection) -> str | None:
+    """The revision in chatarchive's version table, read without Alembic (``None``: not migrated)."""
+    if not inspect(connection).has_table(VERSION_TABLE):
+        return None
+    revision = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+    return None if revision is None else str(revision)
+
+
+def require_revision(url: URL, current: str | None) -> None:
+    """Refuse a database that is not at the revision this version's models describe."""
+    if current != SCHEMA_REVISION:
+        raise SchemaNotReady(
+            f"database {url.render_as_string()} is at revision {current or 'none'}, "
+            f"chatarchive needs {SCHEMA_REVISION}: run 'chatarchive db upgrade'"
+        )
 
 
 class ChatArchive:
@@ -203,15 +227,9 @@ class ChatArchive:
     def _require_schema(self) -> None:
         if self._schema_ready:
             return
+        require_file(self.url)
         with database_errors(), self._reader.connect() as connection:
-            current = None
-            if inspect(connection).has_table(VERSION_TABLE):
-                current = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
-        if current != SCHEMA_REVISION:
-            raise SchemaNotReady(
-                f"database {self.url.render_as_string()} is at revision {current or 'none'}, "
-                f"chatarchive needs {SCHEMA_REVISION}: run 'chatarchive db upgrade'"
-            )
+            require_revision(self.url, stored_revision(connection))
         self._schema_ready = True
 
     # -- the repository's calls, one transaction each --------------------------
@@ -530,6 +548,7 @@ class ChatArchive:
         from ._migrations import downgrade
 
         require_unscoped(self._user_id, "downgrade")
+        require_file(self.url)
         downgrade(self._engine, revision, lock_timeout=lock_timeout)
         self._schema_ready = False
 
@@ -537,6 +556,8 @@ class ChatArchive:
         """The migration revision the database is at (``None`` if never migrated)."""
         from ._migrations import current_revision
 
+        if missing_archive(self.url) is not None:
+            return None
         return current_revision(self._engine)
 
     def row_level_security(self) -> bool:
@@ -602,4 +623,6 @@ class ChatArchive:
         """Problems that keep the database from matching this version (empty: none)."""
         from ._migrations import check
 
+        if (missing := missing_archive(self.url)) is not None:
+            return [missing]
         return check(self._engine)

@@ -18,13 +18,19 @@ from functools import partial
 from types import TracebackType
 from typing import Any, Self, TypeVar, Unpack
 
-from sqlalchemy import URL, Connection, inspect, text
+from sqlalchemy import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
-from ._archive import row_level_security_of, set_row_level_security_on
+from ._archive import (
+    require_file,
+    require_revision,
+    row_level_security_of,
+    set_row_level_security_on,
+    stored_revision,
+)
 from ._document import ChatDocument, ChatPage, Feedback, Limits, Message, check_limits
-from ._engine import create_async_engine, for_reading, for_writing
+from ._engine import create_async_engine, for_reading, for_writing, missing_archive
 from ._exceptions import (
     ChatArchiveError,
     SchemaNotReady,
@@ -35,7 +41,6 @@ from ._exceptions import (
 )
 from ._ingest import Batches, PreparedBatch, check_save_many, check_writers, prepared_batches, split_by_chat
 from ._repository import ENDED, ChatChanges, ChatRepository, OnError
-from ._schema import SCHEMA_REVISION, VERSION_TABLE
 from ._search import SearchHit, rebuild_search_index, search_index_of, set_search_index_on
 
 __all__ = ["AsyncChatArchive", "AsyncChatRepository"]
@@ -334,20 +339,11 @@ class AsyncChatArchive:
     async def _require_schema(self) -> None:
         if self._schema_ready:
             return
-
-        def revision(connection: Connection) -> str | None:
-            if not inspect(connection).has_table(VERSION_TABLE):
-                return None
-            return connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
-
+        require_file(self._engine.url)
         with database_errors():
             async with self._reader.connect() as connection:
-                current = await connection.run_sync(revision)
-        if current != SCHEMA_REVISION:
-            raise SchemaNotReady(
-                f"database is at revision {current or 'none'}, chatarchive needs {SCHEMA_REVISION}: "
-                "run 'chatarchive db upgrade'"
-            )
+                current = await connection.run_sync(stored_revision)
+        require_revision(self._engine.url, current)
         self._schema_ready = True
 
     async def save(
@@ -541,17 +537,22 @@ class AsyncChatArchive:
         from ._migrations import migrate
 
         require_unscoped(self._user_id, "downgrade")
+        require_file(self._engine.url)
         await self._on_connection(partial(migrate, revision=revision, up=False, lock_timeout=lock_timeout))
         self._schema_ready = False
 
     async def current_revision(self) -> str | None:
         from ._migrations import revision_of
 
+        if missing_archive(self._engine.url) is not None:
+            return None
         return await self._on_connection(revision_of)
 
     async def check(self) -> list[str]:
         from ._migrations import problems_of
 
+        if (missing := missing_archive(self._engine.url)) is not None:
+            return [missing]
         return await self._on_connection(problems_of)
 
     async def row_level_security(self) -> bool:

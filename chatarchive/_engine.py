@@ -31,6 +31,7 @@ __all__ = [
     "driver_call",
     "for_reading",
     "for_writing",
+    "missing_archive",
 ]
 
 #: Environment variable that names the archive's database.
@@ -123,6 +124,18 @@ def create_async_engine(
 
 def _in_memory(url: URL) -> bool:
     return url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
+
+
+def missing_archive(url: URL) -> str | None:
+    """What is wrong with a SQLite URL whose file does not exist (``None`` for
+    any other URL). Connecting creates an empty file, so a read through a
+    mistyped path left a stray database behind it: the callers that only look
+    at an archive ask this first and do not connect. A ``file:`` URI
+    (``?uri=true``) says for itself whether to create the file."""
+    if url.get_backend_name() != "sqlite" or _in_memory(url) or url.query.get("uri") is not None:
+        return None
+    path = str(url.database)
+    return None if os.path.exists(path) else f"no archive at {path} (no such file)"
 
 
 class _MemoryPool(sqlalchemy.pool.QueuePool):

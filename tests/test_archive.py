@@ -31,6 +31,7 @@ from chatarchive import (
     ConflictError,
     DatabaseError,
     InvalidDocument,
+    SchemaNotReady,
     create_async_engine,
     create_engine,
     database_url,
@@ -403,6 +404,44 @@ def test_an_in_memory_archive_is_one_database_for_every_thread_and_task(url: str
             return len((await aarchive.get("a")).messages), len((await aarchive.list_chats()).items)
 
     assert asyncio.run(tasks()) == (21, 1)
+
+
+def test_an_archive_on_a_sqlite_file_that_does_not_exist_does_not_create_it(tmp_path: Path) -> None:
+    # Connecting creates the file: a read through a mistyped path left an empty
+    # database behind and said it was "at revision none".
+    path = tmp_path / "typo.db"
+    refused = f"no archive at {path} (no such file): run 'chatarchive db upgrade' to create it"
+    with ChatArchive(f"sqlite:///{path}") as archive:
+        for call in (
+            lambda: archive.get("x"),
+            lambda: archive.list_chats(),
+            lambda: archive.downgrade("base"),
+        ):
+            with pytest.raises(SchemaNotReady) as caught:
+                call()
+            assert str(caught.value) == refused
+        assert archive.current_revision() is None
+        assert archive.check() == [f"no archive at {path} (no such file)"]
+        assert not path.exists()
+        archive.upgrade()
+        assert archive.current_revision() == SCHEMA_REVISION
+
+    async def through_asyncio() -> tuple[str, str | None, list[str]]:
+        async with AsyncChatArchive(f"sqlite+aiosqlite:///{tmp_path / 'async.db'}") as aarchive:
+            with pytest.raises(SchemaNotReady) as caught:
+                await aarchive.get("x")
+            with pytest.raises(SchemaNotReady):
+                await aarchive.downgrade("base")
+            return str(caught.value), await aarchive.current_revision(), await aarchive.check()
+
+    message, revision, problems = asyncio.run(through_asyncio())
+    assert message == refused.replace("typo.db", "async.db")
+    assert (revision, problems) == (None, [f"no archive at {tmp_path / 'async.db'} (no such file)"])
+    assert not (tmp_path / "async.db").exists()
+    # A file: URI says for itself whether to create the file (mode=rwc does).
+    with ChatArchive(f"sqlite:///file:{tmp_path / 'uri.db'}?mode=rwc&uri=true") as archive:
+        archive.upgrade()
+        assert archive.current_revision() == SCHEMA_REVISION
 
 
 def test_for_writing_takes_the_sqlite_write_lock_up_front(tmp_path: Path) -> None:

@@ -75,8 +75,10 @@ DOC = {
 }
 
 
-def test_db_commands(run: Run) -> None:
+def test_db_commands(run: Run, dialect: str) -> None:
     assert run("db", "current").stdout.strip() == "none"
+    not_yet = "(no such file)" if dialect == "sqlite" else "revision none"
+    assert not_yet in run("db", "check", expect=1).stderr
     assert "revisions: 0001" in run("db", "upgrade", "0099", expect=1).stderr
     assert "revision none" in run("db", "check", expect=1).stderr
     run("db", "upgrade")
@@ -92,6 +94,42 @@ def test_db_commands(run: Run) -> None:
     assert run("show", DOC["chat_id"]).stdout
     run("db", "downgrade", "base", "--yes")
     assert run("db", "current").stdout.strip() == "none"
+
+
+def test_commands_on_a_sqlite_file_that_does_not_exist_leave_no_file(tmp_path: Path) -> None:
+    """A mistyped path left an empty database file behind, and the command
+    said the database was 'at revision none'."""
+    path = tmp_path / "typo.db"
+    seed = write(tmp_path / "chat.json", json.dumps(DOC))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [CHATARCHIVE, "--db", f"sqlite:///{path}", *args], capture_output=True, text=True, cwd=tmp_path
+        )
+
+    for command in (
+        ["ls"],
+        ["show", "x"],
+        ["export"],
+        ["search", "primer"],
+        ["stats"],
+        ["rm", "x", "--yes"],
+        ["rm", "--user", "alice", "--yes"],
+        ["import", seed],
+        ["db", "check"],
+        ["db", "reindex"],
+        ["db", "search-index"],
+        ["db", "downgrade", "base", "--yes"],
+    ):
+        result = run(*command)
+        assert result.returncode == 1, command
+        assert f"no archive at {path} (no such file)" in result.stderr, command
+        assert not path.exists(), command
+    assert run("db", "current").stdout.strip() == "none"
+    assert not path.exists()
+    assert run("db", "upgrade").returncode == 0
+    assert run("import", seed).returncode == 0
+    assert "doc-1" in run("ls").stdout
 
 
 def test_import_show_export_rm(run: Run, tmp_path: Path) -> None:
