@@ -211,6 +211,8 @@ def _set_up(engine: Engine, url: URL, options: dict[str, Any]) -> None:
             _ping_idle_connections(engine)
     if url.get_backend_name() == "sqlite":
         _set_up_sqlite(engine, in_memory=_in_memory(url))
+        if not _in_memory(url) and url.query.get("uri") is None:
+            _name_a_missing_directory(engine, str(url.database))
 
 
 #: Engines made here and still in use: a forked process gives each a new pool.
@@ -306,6 +308,17 @@ def _set_up_sqlite(engine: Engine, *, in_memory: bool) -> None:
     def _on_begin(connection: Any) -> None:
         writing = connection.get_execution_options().get(_WRITING, False)
         connection.exec_driver_sql("BEGIN IMMEDIATE" if writing else "BEGIN")
+
+
+def _name_a_missing_directory(engine: Engine, path: str) -> None:
+    """SQLite cannot create a file in a directory that does not exist, and says
+    only "unable to open database file": say which path and which directory."""
+
+    @event.listens_for(engine, "do_connect")
+    def _before_connecting(*_args: Any) -> None:
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            raise DatabaseError(f"cannot open the SQLite archive {path}: there is no directory {directory}")
 
 
 # Execution option that makes a SQLite transaction begin IMMEDIATE (see for_writing).

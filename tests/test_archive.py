@@ -444,6 +444,27 @@ def test_an_archive_on_a_sqlite_file_that_does_not_exist_does_not_create_it(tmp_
         assert archive.current_revision() == SCHEMA_REVISION
 
 
+def test_a_sqlite_archive_in_a_directory_that_does_not_exist_names_it(tmp_path: Path) -> None:
+    # SQLite said only "unable to open database file".
+    path = tmp_path / "no" / "such" / "archive.db"
+    named = f"cannot open the SQLite archive {path}: there is no directory {path.parent}"
+    with ChatArchive(f"sqlite:///{path}") as archive, pytest.raises(DatabaseError) as caught:
+        archive.upgrade()
+    assert str(caught.value) == named
+
+    async def through_asyncio() -> None:
+        async with AsyncChatArchive(f"sqlite+aiosqlite:///{path}") as aarchive:
+            await aarchive.upgrade()
+
+    with pytest.raises(DatabaseError) as caught:
+        asyncio.run(through_asyncio())
+    assert str(caught.value) == named
+    path.parent.mkdir(parents=True)
+    with ChatArchive(f"sqlite:///{path}") as archive:
+        archive.upgrade()
+        assert archive.current_revision() == SCHEMA_REVISION
+
+
 def test_for_writing_takes_the_sqlite_write_lock_up_front(tmp_path: Path) -> None:
     engine = create_engine(f"sqlite:///{tmp_path / 'locks.db'}")
     other = sqlite3.connect(tmp_path / "locks.db", timeout=0, isolation_level=None)
