@@ -126,16 +126,22 @@ def _in_memory(url: URL) -> bool:
     return url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
 
 
-def missing_archive(url: URL) -> str | None:
-    """What is wrong with a SQLite URL whose file does not exist (``None`` for
-    any other URL). Connecting creates an empty file, so a read through a
-    mistyped path left a stray database behind it: the callers that only look
-    at an archive ask this first and do not connect. A ``file:`` URI
-    (``?uri=true``) says for itself whether to create the file."""
+def _sqlite_file(url: URL) -> str | None:
+    """The path of a SQLite archive that ``url`` names by a plain path (``None``
+    for any other: another database, in memory, or a ``file:`` URI with
+    ``?uri=true``, which says for itself whether to create the file)."""
     if url.get_backend_name() != "sqlite" or _in_memory(url) or url.query.get("uri") is not None:
         return None
-    path = str(url.database)
-    return None if os.path.exists(path) else f"no archive at {path} (no such file)"
+    return str(url.database)
+
+
+def missing_archive(url: URL) -> str | None:
+    """What is wrong with a SQLite URL whose file does not exist (``None``
+    otherwise). Connecting creates an empty file, so a read through a mistyped
+    path left a stray database behind it: the callers that only look at an
+    archive ask this first and do not connect."""
+    path = _sqlite_file(url)
+    return None if path is None or os.path.exists(path) else f"no archive at {path} (no such file)"
 
 
 class _MemoryPool(sqlalchemy.pool.QueuePool):
@@ -211,8 +217,8 @@ def _set_up(engine: Engine, url: URL, options: dict[str, Any]) -> None:
             _ping_idle_connections(engine)
     if url.get_backend_name() == "sqlite":
         _set_up_sqlite(engine, in_memory=_in_memory(url))
-        if not _in_memory(url) and url.query.get("uri") is None:
-            _name_a_missing_directory(engine, str(url.database))
+        if (path := _sqlite_file(url)) is not None:
+            _name_a_missing_directory(engine, path)
 
 
 #: Engines made here and still in use: a forked process gives each a new pool.
