@@ -11,7 +11,7 @@ import io
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -389,7 +389,7 @@ def import_(
     def on_error(index: int, error: ChatArchiveError) -> None:
         report(in_flight.get(index, "?"), error)
 
-    def documents(moved: Callable[[int, int], None]) -> Iterator[ChatDocument]:
+    def documents(moved: Callable[[int, int], None]) -> Iterator[ChatDocument | Mapping[str, Any]]:
         positions = count()
         for record in _records(paths, moved):
             try:
@@ -451,10 +451,16 @@ def _records(paths: tuple[str, ...], moved: Callable[[int, int], None]) -> Itera
             done += raw.tell()
 
 
-def _document(record: Record, fmt: str = "auto") -> ChatDocument:
+def _document(record: Record, fmt: str = "auto") -> ChatDocument | Mapping[str, Any]:
+    """The chat a record holds: a canonical document that names its chat as it
+    is, for ``save_many`` to validate (once: a ``ChatDocument`` is validated
+    again where it is saved), any other converted to one."""
     if record.error is not None:
         raise _RecordError(record.error)
-    return formats.to_document(record.value, fmt)
+    name = formats.detect(record.value) if fmt == "auto" else fmt
+    if name == "canonical" and isinstance(record.value, Mapping) and "chat_id" in record.value:
+        return record.value
+    return formats.to_document(record.value, name)
 
 
 class _RecordError(ChatArchiveError):
@@ -532,7 +538,8 @@ def export(
         filters = Filters(min_score=min_score, since=created_since, exclude_roles=exclude_roles)
         lines: Iterator[Any] = select(documents, filters, selection)
     else:
-        lines = (formats.export(document, fmt) for document in documents)
+        exporter = EXPORT_FORMATS[fmt]  # the archive's own documents: no need to validate them again
+        lines = (exporter(document) for document in documents)
     chats = 0  # one line a chat, in every format
     with nullcontext(sys.stdout) if output is None else written(output) as stream:
         for line in lines:

@@ -202,9 +202,12 @@ def _check_json(value: object, name: str, limits: Limits) -> None:
 
 
 class _Record(BaseModel):
-    """Shared behaviour: unknown keys kept, unset optional fields left out."""
+    """Shared behaviour: unknown keys kept, unset optional fields left out, and
+    an instance given where one is expected validated again, as a mapping
+    would be: a model changed after it was made (``doc.chat_id = ""``,
+    ``message.role = "wizard"``) would otherwise be taken as it is."""
 
-    model_config = ConfigDict(extra="allow", protected_namespaces=())
+    model_config = ConfigDict(extra="allow", protected_namespaces=(), revalidate_instances="always")
 
     _optional_fields: ClassVar[frozenset[str]] = frozenset()
 
@@ -317,7 +320,7 @@ class ToolFunction(_Record):
 
 
 def _function_shape(value: object) -> object:
-    return ToolFunction.model_validate(value) if isinstance(value, dict) else value
+    return ToolFunction.model_validate(value) if isinstance(value, (dict, ToolFunction)) else value
 
 
 class ToolCall(_Record):
@@ -458,8 +461,6 @@ class ChatDocument(_Record):
             InvalidDocument: naming the chat, message index and field at fault.
         """
         check_limits(limits)
-        if isinstance(data, ChatDocument):
-            return data
         return _validated(cls, data, chat_id=_chat_id_of(data), limits=limits)
 
     @classmethod
@@ -505,11 +506,8 @@ class ChatPage(BaseModel):
 
 
 def _chat_id_of(data: object) -> str | None:
-    if isinstance(data, Mapping):
-        chat_id = data.get("chat_id")
-        if isinstance(chat_id, str):
-            return chat_id
-    return None
+    chat_id = data.get("chat_id") if isinstance(data, Mapping) else getattr(data, "chat_id", None)
+    return chat_id if isinstance(chat_id, str) else None
 
 
 def parse_messages(
@@ -524,9 +522,6 @@ def parse_messages(
     require_many(messages, "messages", "messages", chat_id=chat_id)
     parsed = []
     for offset, message in enumerate(messages):
-        if isinstance(message, Message):
-            parsed.append(message)
-            continue
         try:
             parsed.append(Message.model_validate(message, context=_context(limits)))
         except ValidationError as exc:
@@ -538,8 +533,6 @@ def parse_feedback(
     item: Feedback | Mapping[str, Any], *, chat_id: str | None, limits: Limits | None = None
 ) -> Feedback:
     """Validate one feedback item."""
-    if isinstance(item, Feedback):
-        return item
     try:
         return Feedback.model_validate(item, context=_context(limits))
     except ValidationError as exc:
@@ -589,6 +582,8 @@ def _input_path(data: object, loc: Sequence[str | int], *, missing: bool) -> tup
     path: list[str | int] = []
     node = data
     for index, part in enumerate(loc):
+        if isinstance(node, BaseModel):  # an instance given again: its fields and unknown keys
+            node = {**node.__dict__, **(node.__pydantic_extra__ or {})}
         if isinstance(node, Mapping) and part in node:
             node = node[part]
         elif isinstance(node, list) and isinstance(part, int) and -len(node) <= part < len(node):

@@ -30,6 +30,7 @@ from chatarchive import (
     ChatRepository,
     ConflictError,
     DatabaseError,
+    Feedback,
     InvalidDocument,
     Limits,
 )
@@ -143,6 +144,21 @@ def test_limits_are_configurable(engine: Engine) -> None:
     )
     assert errors == [1]
     strict.delete("fine")
+    # A ChatDocument, Message or Feedback built beforehand (against the default
+    # limits) was saved as it was, past the archive's own limits.
+    built = ChatDocument.parse({"chat_id": "built", "messages": [{"role": "user", "content": "x" * 101}]})
+    with pytest.raises(InvalidDocument, match="at most 100"):
+        strict.save(built)
+    with pytest.raises(InvalidDocument, match="at most 100"):
+        strict.save_many([built])
+    strict.save({"chat_id": "small", "messages": []})
+    with pytest.raises(InvalidDocument, match="at most 100") as caught:
+        strict.append("small", [built.messages[0]])
+    assert (caught.value.chat_id, caught.value.message_index) == ("small", 0)
+    with pytest.raises(InvalidDocument, match="deeper than 3"):
+        strict.add_feedback("small", Feedback.model_validate({"score": 1, "extra": _nested(5)}))
+    assert strict.get("small").messages == []
+    strict.delete("small")
     # Limits of the wrong kind failed at the first save with TypeError ('5'), or
     # refused everything (0), or were silently not limits at all (a dict).
     for wrong in ({"max_parts": "5"}, {"max_parts": 0}, {"max_message_bytes": -1}, {"max_json_depth": True}):

@@ -964,6 +964,56 @@ def test_an_error_quotes_an_id_of_any_length_in_a_line(repo: ChatRepository) -> 
     assert repo.get("c1").messages[0].uid == uid
 
 
+def test_a_model_changed_after_it_was_made_is_validated_where_it_is_saved(
+    repo: ChatRepository, session: Session
+) -> None:
+    # A ChatDocument was taken as it was: an empty chat id and a tag string
+    # were stored, content=5 raised TypeError, a dict in messages AttributeError.
+    doc = tool_chat("c1", feedback=[{"score": 1}])
+    repo.save(doc)
+    before = snapshot(session)
+
+    def changed(change: Callable[[ChatDocument], object]) -> ChatDocument:
+        copy = doc.model_copy(deep=True)
+        change(copy)
+        return copy
+
+    refused = [
+        (changed(lambda d: setattr(d, "chat_id", "")), None, "chat_id"),
+        (changed(lambda d: setattr(d, "tags", "abc")), None, "tags"),
+        (changed(lambda d: setattr(d.messages[0], "content", 5)), 0, "content"),
+        (changed(lambda d: d.messages.append(d.messages[0])), len(doc.messages), "uid"),
+        (changed(lambda d: setattr(d.feedback[0], "score", "high")), None, "feedback[0].score"),
+        (
+            changed(lambda d: setattr(d.messages[2].tool_calls[0].function, "name", 5)),  # type: ignore[index]
+            2,
+            "tool_calls[0].function.name",
+        ),
+    ]
+    for bad, message_index, field in refused:
+        for save in (repo.save, lambda d: repo.save_many([d])):
+            with pytest.raises(InvalidDocument) as caught:
+                save(bad)
+            assert (caught.value.message_index, caught.value.field) == (message_index, field), caught.value
+    message = doc.messages[0].model_copy()
+    message.role = ""
+    with pytest.raises(InvalidDocument) as caught:
+        repo.append("c1", [message])
+    assert (caught.value.chat_id, caught.value.field) == ("c1", "role")
+    vote = doc.feedback[0].model_copy()
+    vote.message_uid = ""
+    with pytest.raises(InvalidDocument) as caught:
+        repo.add_feedback("c1", vote)
+    assert caught.value.field == "feedback.message_uid"
+    assert snapshot(session) == before
+    # A list of messages given as mappings inside a document that is a model is
+    # validated into messages, and the model given is left as it was.
+    listed = changed(lambda d: setattr(d, "messages", [{"role": "user", "content": "x"}]))
+    repo.save(listed)
+    assert repo.get("c1").to_openai() == [{"role": "user", "content": "x"}]
+    assert listed.messages == [{"role": "user", "content": "x"}]  # type: ignore[comparison-overlap]
+
+
 def test_get_many_takes_any_number_of_ids(repo: ChatRepository) -> None:
     # 300,000 ids in one IN (...) were "too many SQL variables" on SQLite.
     repo.save_many([tool_chat(f"c{n}") for n in range(3)])
