@@ -24,6 +24,7 @@ from ._exceptions import (
     DatabaseError,
     SchemaNotReady,
     database_errors,
+    quoted,
     require_at_least_one,
     require_flag,
     require_unscoped,
@@ -67,6 +68,13 @@ def set_row_level_security_on(connection: Connection, enabled: bool) -> None:
 def _connection_lost(error: DatabaseError) -> bool:
     cause = error.__cause__
     return isinstance(cause, DBAPIError) and cause.connection_invalidated
+
+
+def archive_repr(archive: object, url: URL, user_id: str | None) -> str:
+    """``ChatArchive('postgresql+psycopg://u:***@host/db', user_id='bob')``:
+    the database (its password hidden) and the user a scoped archive serves."""
+    scope = "" if user_id is None else f", user_id={quoted(user_id)}"
+    return f"{type(archive).__name__}({url.render_as_string()!r}{scope})"
 
 
 def require_file(url: URL) -> None:
@@ -157,6 +165,9 @@ class ChatArchive:
         """Close the archive's pooled connections (when it created the engine)."""
         if self._owns_engine:
             self._engine.dispose()
+
+    def __repr__(self) -> str:
+        return archive_repr(self, self.url, self._user_id)
 
     def __enter__(self) -> Self:
         return self

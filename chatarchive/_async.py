@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
 from ._archive import (
+    archive_repr,
     require_file,
     require_revision,
     row_level_security_of,
@@ -297,6 +298,9 @@ class AsyncChatArchive:
     async def close(self) -> None:
         if self._owns_engine:
             await self._engine.dispose()
+
+    def __repr__(self) -> str:
+        return archive_repr(self, self.url, self._user_id)
 
     async def __aenter__(self) -> Self:
         return self

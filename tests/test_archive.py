@@ -465,6 +465,19 @@ def test_a_sqlite_archive_in_a_directory_that_does_not_exist_names_it(tmp_path: 
         assert archive.current_revision() == SCHEMA_REVISION
 
 
+def test_an_archive_shows_its_database_and_user_but_not_the_password() -> None:
+    # Both archives showed only "<chatarchive._archive.ChatArchive object at 0x...>".
+    url = "postgresql://reader:s3cret@db.example/chats"
+    archive, aarchive = ChatArchive(url), AsyncChatArchive(url)
+    shown = "'postgresql+psycopg://reader:***@db.example/chats'"
+    assert repr(archive) == f"ChatArchive({shown})"
+    assert repr(archive.for_user("bob")) == f"ChatArchive({shown}, user_id='bob')"
+    assert repr(aarchive.for_user("bob")) == f"AsyncChatArchive({shown}, user_id='bob')"
+    assert "s3cret" not in repr(archive) + repr(aarchive)
+    archive.close()
+    asyncio.run(aarchive.close())
+
+
 def test_for_writing_takes_the_sqlite_write_lock_up_front(tmp_path: Path) -> None:
     engine = create_engine(f"sqlite:///{tmp_path / 'locks.db'}")
     other = sqlite3.connect(tmp_path / "locks.db", timeout=0, isolation_level=None)
