@@ -37,7 +37,7 @@ from sqlalchemy import inspect, text
 from . import formats
 from ._archive import ChatArchive
 from ._document import ChatDocument
-from ._engine import DEFAULT_URL, URL_ENV
+from ._engine import DEFAULT_URL, URL_ENV, missing_archive
 from ._exceptions import ChatArchiveError, database_errors, require_moment
 from ._ingest import MAX_BATCH_SIZE, documents_in_flight
 from ._jsonio import READ_ERRORS, Record, open_text, read_records, written
@@ -106,6 +106,8 @@ def _chats(number: int) -> str:
 
 def _stored_chats(archive: ChatArchive) -> int:
     """How many chats the archive's tables hold, at whatever revision they are."""
+    if missing_archive(archive.url) is not None:
+        return 0  # and no empty file made by looking
     with database_errors(), archive.engine.connect() as connection:
         if not inspect(connection).has_table("chats"):
             return 0
