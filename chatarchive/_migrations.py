@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Engine
 
 from alembic import command
 
+from ._engine import missing_archive
 from ._exceptions import ChatArchiveError, InvalidDocument, database_errors, is_real_number, require_text
 from ._schema import VERSION_TABLE, described_by_models, metadata, one_of_ours
 
@@ -73,7 +74,7 @@ def render(
     """Write to ``output`` the SQL that migrating the database from its current
     revision to ``revision`` would run, without running it (Alembic's offline
     mode), for review or to be run by hand."""
-    start = current_revision(engine) or "base"
+    start = (None if missing_archive(engine.url) else current_revision(engine)) or "base"
     config = alembic_config()
     config.attributes["url"] = engine.url
     config.attributes["lock_timeout"] = _lock_timeout_ms(lock_timeout)

@@ -127,6 +127,7 @@ def test_commands_on_a_sqlite_file_that_does_not_exist_leave_no_file(tmp_path: P
         assert f"no archive at {path} (no such file)" in result.stderr, command
         assert not path.exists(), command
     assert run("db", "current").stdout.strip() == "none"
+    assert "CREATE TABLE chats" in run("db", "upgrade", "--sql").stdout  # printed, not run
     assert not path.exists()
     assert run("db", "upgrade").returncode == 0
     assert run("import", seed).returncode == 0
