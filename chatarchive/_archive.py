@@ -6,6 +6,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import closing, contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from functools import partial
 from queue import Queue
@@ -75,6 +76,36 @@ def archive_repr(archive: object, url: URL, user_id: str | None) -> str:
     the database (its password hidden) and the user a scoped archive serves."""
     scope = "" if user_id is None else f", user_id={quoted(user_id)}"
     return f"{type(archive).__name__}({url.render_as_string()!r}{scope})"
+
+
+#: The archives (their engines) whose writing transaction is open in this
+#: thread or task, each with the thread it is open in: a task starts with its
+#: creator's, and a thread that starts with a copy of its creator's (as Python
+#: may do) is another caller.
+_OPEN_WRITES: ContextVar[frozenset[tuple[int, int]]] = ContextVar(
+    "chatarchive_open_writes", default=frozenset()
+)
+
+
+@contextmanager
+def one_write_at_a_time(engine: object) -> Iterator[None]:
+    """Mark the block as this thread's (or task's) writing transaction on the
+    archive of ``engine``, refusing a second one inside it: an archive call made
+    inside that archive's own ``transaction()`` block opens another transaction,
+    which waits for the first to end, and the first waits for the call (on
+    SQLite 30 s, for the write lock; on PostgreSQL for ever, for a row lock)."""
+    key = (id(engine), threading.get_ident())
+    if key in _OPEN_WRITES.get():
+        raise ChatArchiveError(
+            "this thread (or task) is inside a transaction() of this archive: write through the "
+            "repository its block gave (repo.save(...)), not the archive, whose call would open a second "
+            "transaction that waits for the first"
+        )
+    _OPEN_WRITES.set(_OPEN_WRITES.get() | {key})
+    try:
+        yield
+    finally:
+        _OPEN_WRITES.set(_OPEN_WRITES.get() - {key})
 
 
 def require_file(url: URL) -> None:
@@ -191,9 +222,10 @@ class ChatArchive:
 
     @contextmanager
     def _session(self, *, savepoints: bool) -> Iterator[ChatRepository]:
-        self._require_schema()
-        with database_errors(), Session(self._writer) as session, session.begin():
-            yield self._repository(session, savepoints=savepoints)
+        with one_write_at_a_time(self._engine):
+            self._require_schema()
+            with database_errors(), Session(self._writer) as session, session.begin():
+                yield self._repository(session, savepoints=savepoints)
 
     def _repository(self, session: Session, *, savepoints: bool) -> ChatRepository:
         return ChatRepository(session, savepoints=savepoints, limits=self._limits, user_id=self._user_id)

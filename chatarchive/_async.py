@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from datetime import datetime
 from functools import partial
 from types import TracebackType
@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from ._archive import (
     archive_repr,
+    one_write_at_a_time,
     require_file,
     require_revision,
     row_level_security_of,
@@ -326,7 +327,7 @@ class AsyncChatArchive:
         await self._require_schema()
         # A user's reads need a transaction too: it tells row-level security who reads.
         engine = self._reader if reading and self._user_id is None else self._writer
-        with database_errors():
+        with nullcontext() if reading else one_write_at_a_time(self._engine), database_errors():
             async with AsyncSession(engine) as session, session.begin():
                 yield AsyncChatRepository(
                     session, savepoints=savepoints, limits=self._limits, user_id=self._user_id

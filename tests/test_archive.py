@@ -6,6 +6,7 @@ import asyncio
 import gc
 import inspect
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import Engine, event, text
+from sqlalchemy import URL, Engine, event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from chatarchive import (
@@ -77,6 +78,60 @@ def test_transaction_commits_together_or_not_at_all(archive: ChatArchive) -> Non
     with pytest.raises(RuntimeError):
         failing_unit_of_work()
     assert [d.chat_id for d in archive.get_many(["a", "b", "c"])] == ["a", "b"]
+
+
+def test_a_write_through_the_archive_inside_its_own_transaction_is_refused_at_once(
+    archive: ChatArchive, migrated_url: URL, async_engine: AsyncEngine, runner: asyncio.Runner
+) -> None:
+    # It opened a second transaction that waited for the first: on SQLite 30 s
+    # for the write lock, then "database is locked"; on PostgreSQL, a write to
+    # a chat the block had written waited for ever (here: for the timeout).
+    del archive  # it empties the tables afterwards; this test's archive times its statements out
+    archive = ChatArchive(migrated_url, statement_timeout=10)
+    archive.save(chat("a"))
+    nested = "inside a transaction\\(\\) of this archive"
+    bob = archive.for_user("bob")
+
+    def inside(write: Callable[[], object]) -> None:
+        with archive.transaction() as repo:
+            repo.append("a", [{"role": "user", "content": "inside"}])
+            assert archive.get("a").chat_id == "a"  # reads go on, outside the block's transaction
+            write()
+
+    for write in (
+        lambda: archive.append("a", [{"role": "user", "content": "again"}]),
+        lambda: archive.save(chat("b")),
+        lambda: archive.save_many([chat("b")]),
+        lambda: archive.delete("a"),
+        lambda: bob.save(chat("b")),
+        lambda: archive.transaction().__enter__(),
+    ):
+        with pytest.raises(ChatArchiveError, match=nested):
+            inside(write)
+    assert len(archive.get("a").messages) == len(chat("a").messages)  # each block rolled back
+    with archive.transaction() as repo:
+        repo.save(chat("b"))
+    archive.append("b", [{"role": "user", "content": "after the block"}])  # the block is over
+    # Other threads are other callers: they wait their turn as before.
+    with archive.transaction() as repo:
+        repo.save(chat("c"))
+        other = threading.Thread(target=lambda: archive.append("a", [{"role": "user", "content": "t"}]))
+        other.start()
+    other.join()
+    assert archive.get("a").messages[-1].content == "t"
+
+    async_archive = AsyncChatArchive(engine=async_engine)
+
+    async def nested_async() -> None:
+        async with async_archive.transaction() as repo:
+            await repo.append("a", [{"role": "user", "content": "inside"}])
+            assert (await async_archive.get("a")).chat_id == "a"
+            await async_archive.append("a", [{"role": "user", "content": "again"}])
+
+    with pytest.raises(ChatArchiveError, match=nested):
+        runner.run(nested_async())
+    assert archive.get("a").messages[-1].content == "t"
+    archive.close()
 
 
 def test_a_repository_used_after_its_transaction_refuses(
