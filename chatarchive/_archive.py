@@ -237,8 +237,10 @@ class ChatArchive:
     def _read(self, method: Callable[[ChatRepository], _T]) -> _T:
         """A read in a session: without a transaction on PostgreSQL (a read of
         one statement needs none), except for a user's archive, whose
-        transaction tells row-level security who reads."""
-        engine = self._writer if self._user_id is not None else self._reader
+        transaction tells row-level security who reads. On SQLite (no
+        row-level security) a read begins deferred, a user's too: it waits
+        for no writer."""
+        engine = self._writer if self._user_id is not None and self._postgres else self._reader
 
         def in_session() -> _T:
             with Session(engine) as session, session.begin():

@@ -325,8 +325,10 @@ class AsyncChatArchive:
         self, *, savepoints: bool, reading: bool = False
     ) -> AsyncIterator[AsyncChatRepository]:
         await self._require_schema()
-        # A user's reads need a transaction too: it tells row-level security who reads.
-        engine = self._reader if reading and self._user_id is None else self._writer
+        # A user's reads need a transaction too on PostgreSQL: it tells row-level
+        # security who reads. SQLite has none: its reads begin deferred, waiting for no writer.
+        postgres = self._engine.dialect.name == "postgresql"
+        engine = self._reader if reading and (self._user_id is None or not postgres) else self._writer
         with nullcontext() if reading else one_write_at_a_time(self._engine), database_errors():
             async with AsyncSession(engine) as session, session.begin():
                 yield AsyncChatRepository(

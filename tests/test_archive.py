@@ -533,6 +533,28 @@ def test_an_archive_shows_its_database_and_user_but_not_the_password() -> None:
     asyncio.run(aarchive.close())
 
 
+def test_a_users_read_on_sqlite_waits_for_no_writer(tmp_path: Path) -> None:
+    # A user's reads (for_user) began IMMEDIATE, as writes do, taking SQLite's
+    # write lock: they waited for every writer, and one inside the archive's
+    # own transaction() block waited 30 s for it, then failed "database is locked".
+    url = f"sqlite:///{tmp_path / 'users.db'}"
+    with ChatArchive(url) as archive:
+        archive.upgrade()
+        bob = archive.for_user("bob")
+        bob.save(chat("b1"))
+
+        async def read_async() -> list[str]:
+            async with AsyncChatArchive(url.replace("sqlite:", "sqlite+aiosqlite:")) as aarchive:
+                abob = aarchive.for_user("bob")
+                return [(await abob.get("b1")).chat_id, (await abob.list_chats()).items[0].chat_id]
+
+        with archive.transaction() as repo:
+            repo.save(chat("x"))  # holds the write lock until the block ends
+            assert bob.get("b1").chat_id == "b1"
+            assert [c.chat_id for c in bob.list_chats().items] == ["b1"]
+            assert asyncio.run(read_async()) == ["b1", "b1"]
+
+
 def test_for_writing_takes_the_sqlite_write_lock_up_front(tmp_path: Path) -> None:
     engine = create_engine(f"sqlite:///{tmp_path / 'locks.db'}")
     other = sqlite3.connect(tmp_path / "locks.db", timeout=0, isolation_level=None)
