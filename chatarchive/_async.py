@@ -68,19 +68,22 @@ class AsyncChatRepository:
         self._session = session
         self._options: dict[str, Any] = {"savepoints": savepoints, "limits": limits, "user_id": user_id}
         self._ended = False
+        # One call at a time on the session: calls gathered at once (asyncio.gather)
+        # failed with SQLAlchemy's "... is already in progress"; they now take turns.
+        self._turn = asyncio.Lock()
 
     def _end(self) -> None:
         """Refuse every later call; see :meth:`ChatRepository._end`."""
         self._ended = True
 
     async def _run(self, call: Callable[[ChatRepository], _T]) -> _T:
-        if self._ended:
-            raise ChatArchiveError(ENDED)
-
         def in_sync_session(session: Session) -> _T:
             return call(ChatRepository(session, **self._options))
 
-        return await self._session.run_sync(in_sync_session)
+        async with self._turn:
+            if self._ended:
+                raise ChatArchiveError(ENDED)
+            return await self._session.run_sync(in_sync_session)
 
     async def save(
         self, doc: ChatDocument | Mapping[str, Any], *, expected_version: int | None = None
@@ -318,7 +321,10 @@ class AsyncChatArchive:
             try:
                 yield repository
             finally:
-                repository._end()
+                # A call still running (gathered with one that failed) ends
+                # before the transaction does; later ones are refused.
+                async with repository._turn:
+                    repository._end()
 
     @asynccontextmanager
     async def _session(

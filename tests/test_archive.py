@@ -134,6 +134,33 @@ def test_a_write_through_the_archive_inside_its_own_transaction_is_refused_at_on
     archive.close()
 
 
+def test_calls_gathered_on_one_async_transaction_take_turns(
+    archive: ChatArchive, async_engine: AsyncEngine, runner: asyncio.Runner
+) -> None:
+    # asyncio.gather of calls on one transaction's repository failed with
+    # SQLAlchemy's "Method 'close()' can't be called here; ... already in progress".
+    async_archive = AsyncChatArchive(engine=async_engine)
+
+    async def gathered() -> list[int]:
+        async with async_archive.transaction() as repo:
+            versions = await asyncio.gather(*(repo.save(chat(f"g{i}")) for i in range(8)))
+            await asyncio.gather(
+                *(repo.append(f"g{i}", [{"role": "user", "content": "more"}]) for i in range(8))
+            )
+            return list(versions)
+
+    assert runner.run(gathered()) == [1] * 8
+    assert [len(archive.get(f"g{i}").messages) for i in range(8)] == [2] * 8
+
+    async def one_fails() -> None:
+        async with async_archive.transaction() as repo:
+            await asyncio.gather(repo.save(chat("h1")), repo.save({"chat_id": ""}), repo.save(chat("h2")))
+
+    with pytest.raises(InvalidDocument):
+        runner.run(one_fails())
+    assert archive.get_many(["h1", "h2"]) == []  # the block rolled back
+
+
 def test_a_repository_used_after_its_transaction_refuses(
     archive: ChatArchive, async_engine: AsyncEngine, runner: asyncio.Runner
 ) -> None:
