@@ -321,10 +321,11 @@ class AsyncChatArchive:
             try:
                 yield repository
             finally:
-                # A call still running (gathered with one that failed) ends
-                # before the transaction does; later ones are refused.
+                # Calls still waiting for their turn (gathered with one that
+                # failed) are refused; the one running ends before the transaction.
+                repository._end()
                 async with repository._turn:
-                    repository._end()
+                    pass
 
     @asynccontextmanager
     async def _session(
