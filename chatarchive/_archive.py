@@ -218,7 +218,10 @@ class ChatArchive:
             try:
                 yield repository
             finally:
+                # Threads still calling it are refused; the call running ends before the transaction.
                 repository._end()
+                with repository._turn:
+                    pass
 
     @contextmanager
     def _session(self, *, savepoints: bool) -> Iterator[ChatRepository]:

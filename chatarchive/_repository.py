@@ -6,6 +6,7 @@ import base64
 import binascii
 import json
 import struct
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager, nullcontext
 from datetime import UTC, datetime
@@ -213,6 +214,10 @@ class ChatRepository:
     ) -> None:
         self._session = session
         self._ended = False
+        # One call at a time on the session (reentrant: calls made inside a
+        # call): threads sharing a transaction's repository broke its session
+        # ("... is already in progress"); they now take turns.
+        self._turn = threading.RLock()
         self._savepoints = require_flag(savepoints, "savepoints")
         self._limits = check_limits(limits)
         self._user_id = None if user_id is None else require_user_id(user_id)
@@ -974,13 +979,13 @@ class ChatRepository:
     @contextmanager
     def _write(self, *, savepoint: bool | None = None) -> Iterator[None]:
         use_savepoint = self._savepoints if savepoint is None else savepoint
-        with database_errors(), self._session.begin_nested() if use_savepoint else nullcontext():
+        with self._turn, database_errors(), self._session.begin_nested() if use_savepoint else nullcontext():
             self._start()
             yield
 
     @contextmanager
     def _read(self) -> Iterator[None]:
-        with database_errors():
+        with self._turn, database_errors():
             self._start()
             yield
 

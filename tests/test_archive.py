@@ -9,6 +9,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -132,6 +133,16 @@ def test_a_write_through_the_archive_inside_its_own_transaction_is_refused_at_on
         runner.run(nested_async())
     assert archive.get("a").messages[-1].content == "t"
     archive.close()
+
+
+def test_threads_sharing_one_transaction_take_turns(archive: ChatArchive) -> None:
+    # Threads calling one transaction's repository at once broke its session:
+    # DatabaseError "Method 'close()' can't be called here; ... already in progress".
+    with archive.transaction() as repo, ThreadPoolExecutor(4) as pool:
+        versions = list(pool.map(lambda i: repo.save(chat(f"t{i}")), range(40)))
+        list(pool.map(lambda i: repo.append(f"t{i}", [{"role": "user", "content": "more"}]), range(40)))
+    assert versions == [1] * 40
+    assert [len(doc.messages) for doc in archive.get_many([f"t{i}" for i in range(40)])] == [2] * 40
 
 
 def test_calls_gathered_on_one_async_transaction_take_turns(
