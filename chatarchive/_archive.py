@@ -604,8 +604,6 @@ class ChatArchive:
         """The migration revision the database is at (``None`` if never migrated)."""
         from ._migrations import current_revision
 
-        if missing_archive(self.url) is not None:
-            return None
         return current_revision(self._engine)
 
     def row_level_security(self) -> bool:

@@ -278,6 +278,7 @@ class AsyncChatArchive:
         if engine is None:
             engine = create_async_engine(url, statement_timeout=statement_timeout, **engine_options)
         self._engine = engine
+        self._postgres = engine.dialect.name == "postgresql"
         self._reader = for_reading(engine)
         self._writer = for_writing(engine)
         self._limits = check_limits(limits)
@@ -334,8 +335,7 @@ class AsyncChatArchive:
         await self._require_schema()
         # A user's reads need a transaction too on PostgreSQL: it tells row-level
         # security who reads. SQLite has none: its reads begin deferred, waiting for no writer.
-        postgres = self._engine.dialect.name == "postgresql"
-        engine = self._reader if reading and (self._user_id is None or not postgres) else self._writer
+        engine = self._reader if reading and (self._user_id is None or not self._postgres) else self._writer
         with nullcontext() if reading else one_write_at_a_time(self._engine), database_errors():
             async with AsyncSession(engine) as session, session.begin():
                 yield AsyncChatRepository(
@@ -383,7 +383,7 @@ class AsyncChatArchive:
             return await self._call(
                 lambda repo: repo.save_many(docs, batch_size=batch_size, bulk=True, on_error=on_error)
             )
-        if self._engine.dialect.name != "postgresql":
+        if not self._postgres:
             writers = 1  # one writer at a time
         saved = 0
         abandoned = threading.Event()
@@ -570,13 +570,13 @@ class AsyncChatArchive:
         return await self._on_connection(problems_of)
 
     async def row_level_security(self) -> bool:
-        if self._engine.dialect.name != "postgresql":
+        if not self._postgres:
             return False
         return await self._on_connection(row_level_security_of)
 
     async def set_row_level_security(self, enabled: bool) -> None:
         require_unscoped(self._user_id, "set_row_level_security")
-        if self._engine.dialect.name != "postgresql":
+        if not self._postgres:
             raise SchemaNotReady("row-level security needs PostgreSQL")
         await self._on_connection(partial(set_row_level_security_on, enabled=enabled), transaction=True)
 

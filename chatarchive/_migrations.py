@@ -74,7 +74,7 @@ def render(
     """Write to ``output`` the SQL that migrating the database from its current
     revision to ``revision`` would run, without running it (Alembic's offline
     mode), for review or to be run by hand."""
-    start = (None if missing_archive(engine.url) else current_revision(engine)) or "base"
+    start = current_revision(engine) or "base"
     config = alembic_config()
     config.attributes["url"] = engine.url
     config.attributes["lock_timeout"] = _lock_timeout_ms(lock_timeout)
@@ -134,7 +134,10 @@ def revision_of(connection: Connection) -> str | None:
 
 
 def current_revision(engine: Engine) -> str | None:
-    """The revision the database is at (``None``: not migrated)."""
+    """The revision the database is at (``None``: not migrated, or a SQLite
+    file that does not exist yet, which looking would create)."""
+    if missing_archive(engine.url) is not None:
+        return None
     with database_errors(), engine.connect() as connection:
         return revision_of(connection)
 
