@@ -93,6 +93,8 @@ class Limits:
         max_message_bytes: a message's size: the UTF-8 bytes of its strings
             (text, arguments, data URLs, unknown keys...), 8 MiB by default.
         max_parts: content parts in one message, 1,000 by default.
+        max_tool_calls: tool calls in one message, 1,000 by default (also
+            the bound of a streamed fragment's ``tool_call_index``).
         max_json_depth: nesting of free-form JSON (metadata, unknown keys,
             tool call data), 64 levels by default.
     """
@@ -100,9 +102,10 @@ class Limits:
     max_message_bytes: int = 8 * 2**20
     max_parts: int = 1000
     max_json_depth: int = 64
+    max_tool_calls: int = 1000
 
     def __post_init__(self) -> None:
-        for name in ("max_message_bytes", "max_parts", "max_json_depth"):
+        for name in ("max_message_bytes", "max_parts", "max_json_depth", "max_tool_calls"):
             require_at_least_one(getattr(self, name), name)
 
 
@@ -378,6 +381,11 @@ class Message(_Record):
         if isinstance(self.content, list) and len(self.content) > limits.max_parts:
             raise _PathError(
                 f"{len(self.content)} content parts; at most {limits.max_parts} are allowed", ("content",)
+            )
+        if self.tool_calls is not None and len(self.tool_calls) > limits.max_tool_calls:
+            raise _PathError(
+                f"{len(self.tool_calls)} tool calls; at most {limits.max_tool_calls} are allowed",
+                ("tool_calls",),
             )
         size = self._approximate_size()
         if size > limits.max_message_bytes:

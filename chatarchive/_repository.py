@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import TextClause
 
 from ._document import (
+    DEFAULT_LIMITS,
     ChatDocument,
     ChatPage,
     ChatSummary,
@@ -508,6 +509,15 @@ class ChatRepository:
         if tool_call_index is not None and (not is_whole_number(tool_call_index) or tool_call_index < 0):
             raise InvalidDocument(
                 "tool_call_index must be a whole number >= 0", chat_id=chat_id, field="tool_call_index"
+            )
+        most = (self._limits or DEFAULT_LIMITS).max_tool_calls
+        if tool_call_index is not None and tool_call_index >= most:
+            # Reading the message makes a call for every index up to this one.
+            raise InvalidDocument(
+                f"tool_call_index {tool_call_index} is past the last of the {most} tool calls "
+                "a message may have",
+                chat_id=chat_id,
+                field="tool_call_index",
             )
         target = self._scoped(
             select(messages.c.chat_id, messages.c.position)

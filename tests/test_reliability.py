@@ -120,7 +120,9 @@ def test_ids_with_quotes_and_sql_are_just_text(repo: ChatRepository) -> None:
 
 
 def test_limits_are_configurable(engine: Engine) -> None:
-    strict = ChatArchive(engine=engine, limits=Limits(max_message_bytes=100, max_parts=2, max_json_depth=3))
+    strict = ChatArchive(
+        engine=engine, limits=Limits(max_message_bytes=100, max_parts=2, max_json_depth=3, max_tool_calls=2)
+    )
     with pytest.raises(InvalidDocument, match="at most 100"):
         strict.save({"chat_id": "big", "messages": [{"role": "user", "content": "x" * 101}]})
     with pytest.raises(InvalidDocument, match="at most 2"):
@@ -132,6 +134,9 @@ def test_limits_are_configurable(engine: Engine) -> None:
         )
     with pytest.raises(InvalidDocument, match="deeper than 3"):
         strict.save({"chat_id": "deep", "metadata": _nested(3)})
+    with pytest.raises(InvalidDocument, match="3 tool calls; at most 2") as caught:
+        strict.save({"chat_id": "calls", "messages": [{"role": "assistant", "tool_calls": [{}, {}, {}]}]})
+    assert (caught.value.message_index, caught.value.field) == (0, "tool_calls")
     with pytest.raises(InvalidDocument, match="at most 100"):
         strict.append("anything", [{"role": "user", "content": "y" * 200}])
     errors: list[int] = []
@@ -161,7 +166,13 @@ def test_limits_are_configurable(engine: Engine) -> None:
     strict.delete("small")
     # Limits of the wrong kind failed at the first save with TypeError ('5'), or
     # refused everything (0), or were silently not limits at all (a dict).
-    for wrong in ({"max_parts": "5"}, {"max_parts": 0}, {"max_message_bytes": -1}, {"max_json_depth": True}):
+    for wrong in (
+        {"max_parts": "5"},
+        {"max_parts": 0},
+        {"max_message_bytes": -1},
+        {"max_json_depth": True},
+        {"max_tool_calls": 0},
+    ):
         with pytest.raises(InvalidDocument, match="must be") as caught:
             Limits(**wrong)
         assert caught.value.field == next(iter(wrong))

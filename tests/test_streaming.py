@@ -26,6 +26,7 @@ from chatarchive import (
     ChatRepository,
     ConflictError,
     InvalidDocument,
+    Limits,
 )
 from chatarchive._schema import metadata
 
@@ -165,11 +166,35 @@ def test_chunks_are_refused_where_they_do_not_belong(repo: ChatRepository, make_
     assert (refused.value.field, refused.value.message_index) == ("role", 1)  # its place in the chat
     with pytest.raises(InvalidDocument, match="tool_call_index"):
         repo.append_chunk("r", begun.uid, "x", tool_call_index=-1)
+    # A fragment for call 10**9 made reading the message build a billion calls
+    # (every index up to it): the index is bounded by the limit on tool calls.
+    with pytest.raises(InvalidDocument, match="past the last of the 1000 tool calls") as refused:
+        repo.append_chunk("r", begun.uid, "x", tool_call_index=10**9)
+    assert refused.value.field == "tool_call_index"
+    repo.append_chunk("r", begun.uid, "{}", tool_call_index=999)
+    assert len(repo.get("r").messages[1].tool_calls or []) == 1000
     with pytest.raises(InvalidDocument, match="already complete"):
         repo.complete_message("r", "done")
     scoped = ChatRepository(repo._session, user_id="bob")
     with pytest.raises(ChatNotFound):
         scoped.append_chunk("r", begun.uid, "sneaky")
+
+
+def test_a_stream_past_the_size_limit_is_refused_at_completion_until_given_less(
+    make_repo: Any, session: Session
+) -> None:
+    repo = make_repo(limits=Limits(max_message_bytes=100))
+    repo.save({"chat_id": "long", "messages": [{"role": "user", "content": "q"}]})
+    begun = repo.begin_message("long")
+    for _ in range(3):
+        repo.append_chunk("long", begun.uid, "x" * 60)  # each within the limit
+    with pytest.raises(InvalidDocument, match="message of 180 bytes; at most 100") as refused:
+        repo.complete_message("long", begun.uid)
+    assert refused.value.message_index == 1
+    assert repo.get("long").messages[1].completed is False
+    assert chunk_count(session) == 3  # nothing changed
+    done = repo.complete_message("long", begun.uid, content="x" * 60, finish_reason="length")
+    assert (done.content, done.completed, chunk_count(session)) == ("x" * 60, True, 0)
 
 
 def test_append_chunk_is_one_statement_whatever_came_before(repo: ChatRepository, session: Session) -> None:
