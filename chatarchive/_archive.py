@@ -78,6 +78,14 @@ def archive_repr(archive: object, url: URL, user_id: str | None) -> str:
     return f"{type(archive).__name__}({url.render_as_string()!r}{scope})"
 
 
+def require_open(archive: object, closed: bool) -> None:
+    """Refuse a call on an archive after its ``close()`` (or its owner's, for
+    an archive of ``for_user``): its engine would open new connections that
+    nothing closes (an async archive's the garbage collector warns of)."""
+    if closed:
+        raise ChatArchiveError(f"{archive!r} is closed; make a new archive to go on")
+
+
 #: The archives (their engines) whose writing transaction is open in this
 #: thread or task, each with the thread it is open in: a task starts with its
 #: creator's, and a thread that starts with a copy of its creator's (as Python
@@ -159,6 +167,7 @@ class ChatArchive:
     ) -> None:
         self._owns_engine = engine is None
         self._owner: ChatArchive | None = None  # for_user: the archive whose engine it shares
+        self._closed = False
         if engine is None:
             engine = create_engine(url, statement_timeout=statement_timeout, **engine_options)
             # An archive dropped without close() (or still open at exit) closes
@@ -178,6 +187,7 @@ class ChatArchive:
         chats (another user's chat is reported as not found), and saved chats
         belong to that user. On PostgreSQL, each transaction also sets
         ``chatarchive.user_id`` for row-level security (``chatarchive db rls on``)."""
+        self._require_open()
         scoped = ChatArchive(engine=self._engine, limits=self._limits)
         scoped._owner = self._owner or self  # keeps the engine's owner, and its connections, alive
         scoped._user_id = require_user_id(user_id)
@@ -193,9 +203,15 @@ class ChatArchive:
         return self._engine.url
 
     def close(self) -> None:
-        """Close the archive's pooled connections (when it created the engine)."""
+        """Close the archive's pooled connections (when it created the engine).
+        The archive, and the archives of its ``for_user``, then refuse every
+        call with :class:`ChatArchiveError`; closing again does nothing."""
+        self._closed = True
         if self._owns_engine:
             self._engine.dispose()
+
+    def _require_open(self) -> None:
+        require_open(self, self._closed or (self._owner is not None and self._owner._closed))
 
     def __repr__(self) -> str:
         return archive_repr(self, self.url, self._user_id)
@@ -273,6 +289,7 @@ class ChatArchive:
         raise AssertionError("unreachable")
 
     def _require_schema(self) -> None:
+        self._require_open()
         if self._schema_ready:
             return
         require_file(self.url)
@@ -587,6 +604,7 @@ class ChatArchive:
         from ._migrations import upgrade
 
         require_unscoped(self._user_id, "upgrade")
+        self._require_open()
         upgrade(self._engine, revision, lock_timeout=lock_timeout)
         self._schema_ready = False
 
@@ -596,6 +614,7 @@ class ChatArchive:
         from ._migrations import downgrade
 
         require_unscoped(self._user_id, "downgrade")
+        self._require_open()
         require_file(self.url)
         downgrade(self._engine, revision, lock_timeout=lock_timeout)
         self._schema_ready = False
@@ -604,10 +623,12 @@ class ChatArchive:
         """The migration revision the database is at (``None`` if never migrated)."""
         from ._migrations import current_revision
 
+        self._require_open()
         return current_revision(self._engine)
 
     def row_level_security(self) -> bool:
         """Whether PostgreSQL row-level security is on for the archive's tables."""
+        self._require_open()
         if not self._postgres:
             return False
         with database_errors(), self._engine.connect() as connection:
@@ -669,6 +690,7 @@ class ChatArchive:
         """Problems that keep the database from matching this version (empty: none)."""
         from ._migrations import check
 
+        self._require_open()
         if (missing := missing_archive(self.url)) is not None:
             return [missing]
         return check(self._engine)

@@ -26,6 +26,7 @@ from ._archive import (
     archive_repr,
     one_write_at_a_time,
     require_file,
+    require_open,
     require_revision,
     row_level_security_of,
     set_row_level_security_on,
@@ -275,6 +276,8 @@ class AsyncChatArchive:
         **engine_options: Any,
     ) -> None:
         self._owns_engine = engine is None
+        self._owner: AsyncChatArchive | None = None  # for_user: the archive whose engine it shares
+        self._closed = False
         if engine is None:
             engine = create_async_engine(url, statement_timeout=statement_timeout, **engine_options)
         self._engine = engine
@@ -295,14 +298,21 @@ class AsyncChatArchive:
 
     def for_user(self, user_id: str) -> AsyncChatArchive:
         """The same archive seen by one user; see :meth:`ChatArchive.for_user`."""
+        self._require_open()
         scoped = AsyncChatArchive(engine=self._engine, limits=self._limits)
+        scoped._owner = self._owner or self
         scoped._user_id = require_user_id(user_id)
         scoped._schema_ready = self._schema_ready
         return scoped
 
     async def close(self) -> None:
+        """Close the archive's pooled connections; see :meth:`ChatArchive.close`."""
+        self._closed = True
         if self._owns_engine:
             await self._engine.dispose()
+
+    def _require_open(self) -> None:
+        require_open(self, self._closed or (self._owner is not None and self._owner._closed))
 
     def __repr__(self) -> str:
         return archive_repr(self, self.url, self._user_id)
@@ -351,6 +361,7 @@ class AsyncChatArchive:
         return await self._call(call, reading=True)
 
     async def _require_schema(self) -> None:
+        self._require_open()
         if self._schema_ready:
             return
         require_file(self._engine.url)
@@ -551,6 +562,7 @@ class AsyncChatArchive:
         from ._migrations import migrate
 
         require_unscoped(self._user_id, "downgrade")
+        self._require_open()
         require_file(self._engine.url)
         await self._on_connection(partial(migrate, revision=revision, up=False, lock_timeout=lock_timeout))
         self._schema_ready = False
@@ -558,6 +570,7 @@ class AsyncChatArchive:
     async def current_revision(self) -> str | None:
         from ._migrations import revision_of
 
+        self._require_open()
         if missing_archive(self._engine.url) is not None:
             return None
         return await self._on_connection(revision_of)
@@ -565,6 +578,7 @@ class AsyncChatArchive:
     async def check(self) -> list[str]:
         from ._migrations import problems_of
 
+        self._require_open()
         if (missing := missing_archive(self._engine.url)) is not None:
             return [missing]
         return await self._on_connection(problems_of)
@@ -598,6 +612,7 @@ class AsyncChatArchive:
         await self._on_connection(rebuild_search_index, transaction=True)
 
     async def _on_connection(self, call: Callable[[Connection], _T], *, transaction: bool = False) -> _T:
+        self._require_open()
         with database_errors():
             async with self._engine.connect() as connection:
                 result = await connection.run_sync(call)

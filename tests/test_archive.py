@@ -418,6 +418,57 @@ def test_an_archive_dropped_without_close_closes_its_connections(pg_archive: tup
     assert backends(0) == 0
 
 
+def test_a_closed_archive_refuses_every_call(tmp_path: Path) -> None:
+    """After close(), a call reopened the pool: an async archive's new
+    connections were then left to the garbage collector, which warned of each."""
+    url = f"sqlite:///{tmp_path / 'closed.db'}"
+    archive = ChatArchive(url)
+    archive.upgrade()
+    archive.save(chat("kept"))
+    scoped = archive.for_user("alice")
+    archive.close()
+    archive.close()  # again: nothing
+    calls: list[Callable[[], object]] = [
+        lambda: archive.get("kept"),
+        lambda: archive.save(chat("new")),
+        lambda: archive.save_many([chat("new")]),
+        lambda: list(archive.export()),
+        lambda: archive.upgrade(),
+        lambda: archive.check(),
+        lambda: archive.current_revision(),
+        lambda: archive.search_index(),
+        lambda: archive.transaction().__enter__(),
+        lambda: archive.for_user("bob"),
+        lambda: scoped.list_chats(),  # an archive of for_user goes with its owner
+    ]
+    for call in calls:
+        with pytest.raises(ChatArchiveError, match=r"ChatArchive\('sqlite:///.*closed.db'.*is closed"):
+            call()
+
+    async def asynchronously() -> None:
+        aarchive = AsyncChatArchive(url)
+        ascoped = aarchive.for_user("alice")
+        assert (await aarchive.get("kept")).chat_id == "kept"
+        await aarchive.close()
+        await aarchive.close()
+        for acall in (
+            lambda: aarchive.get("kept"),
+            lambda: aarchive.save(chat("new")),
+            lambda: aarchive.check(),
+            lambda: aarchive.current_revision(),
+            lambda: aarchive.upgrade(),
+            lambda: ascoped.count_chats(),
+        ):
+            with pytest.raises(ChatArchiveError, match=r"AsyncChatArchive.* is closed"):
+                await acall()
+        with pytest.raises(ChatArchiveError, match="is closed"):
+            aarchive.for_user("bob")
+
+    asyncio.run(asynchronously())
+    with ChatArchive(url) as reopened:  # a new archive on the same database goes on
+        assert reopened.get("kept").chat_id == "kept"
+
+
 @pytest.mark.parametrize(
     ("url", "reason"),
     [
