@@ -707,6 +707,16 @@ def test_streamed_chunks_with_tool_call_fragments(archive: ChatArchive) -> None:
     assert message_from_completion(text_chunks)["content"] == "Hello"
 
 
+def test_a_choice_without_an_index_is_the_one_at_its_place() -> None:
+    """OpenAI-compatible servers that leave out a choice's index: a streamed
+    chunk's choice was taken as choice 0, a whole completion's was 'no choice 0'."""
+    answer = {"message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+    assert message_from_completion({"choices": [answer]})["content"] == "hi"
+    second = {"message": {"role": "assistant", "content": "second"}}
+    assert message_from_completion({"choices": [answer, second]}, choice=1)["content"] == "second"
+    assert message_from_completion([{"choices": [{"delta": {"content": "hi"}}]}])["content"] == "hi"
+
+
 MODERATION = {
     "input": {"type": "moderation_results", "model": "omni-moderation", "results": []},
     "output": {"type": "moderation_results", "model": "omni-moderation", "results": []},

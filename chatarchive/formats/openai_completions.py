@@ -8,7 +8,8 @@ of the completion and of the choice (``system_fingerprint``, ``service_tier``,
 ``moderation``, ``metadata``, ``logprobs``...) kept on the message under its own
 name (``object``, always ``chat.completion``, is not). A completion with several
 choices (``n > 1``) records one: ``choice`` picks it (the first by default),
-and its ``choice_index`` is kept; record another choice with another call.
+and its ``choice_index`` is kept; record another choice with another call. A
+choice without an ``index`` is the one at its place in ``choices``.
 
 A list of streamed chunks (``chat.completion.chunk``) is first assembled into
 the completion it amounts to: content and refusal fragments joined, tool calls
@@ -54,7 +55,16 @@ def message_from_completion(completion: Any, *, choice: int = 0) -> dict[str, An
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
         raise InvalidDocument("the completion has no choices", field="choices")
-    picked = next((item for item in choices if isinstance(item, dict) and item.get("index") == choice), None)
+    # A choice without an index (some OpenAI-compatible servers leave it out) is
+    # the one at its place in the list, as a streamed chunk's choice is choice 0.
+    picked = next(
+        (
+            item
+            for position, item in enumerate(choices)
+            if isinstance(item, dict) and item.get("index", position) == choice
+        ),
+        None,
+    )
     if picked is None:
         raise InvalidDocument(f"the completion has no choice {choice}", field="choices")
     message = picked.get("message")
