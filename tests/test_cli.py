@@ -275,6 +275,18 @@ def test_export_and_import_compressed_files(run: Run, tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_what_export_writes_imports_back_whatever_its_unknown_keys(run: Run) -> None:
+    """A chat whose unknown keys are named like another format's (ShareGPT's
+    conversations): its export was imported as that format, without its messages."""
+    run("db", "upgrade")
+    run("import", "-", stdin=json.dumps({**DOC, "conversations": [], "main_messages": []}))
+    exported = run("export").stdout
+    run("rm", "doc-1", "--yes")
+    run("import", "-", stdin=exported)
+    assert run("export").stdout == exported
+    assert json.loads(exported)["messages"]
+
+
 def test_a_missing_file_stops_the_import_before_it_writes(run: Run, tmp_path: Path) -> None:
     run("db", "upgrade")
     good = write(tmp_path / "good.json", json.dumps(DOC))

@@ -465,6 +465,16 @@ def test_detection() -> None:
     assert formats.detect(CHATGPT) == "chatgpt"
     assert formats.detect([{"role": "user", "content": "hi"}]) == "openai"
     assert formats.detect({"chat_id": "c", "messages": []}) == "canonical"
+    # A document's unknown keys named like another format's: its messages were
+    # lost, read as a ShareGPT record with no turns, a ChatDoc or a ChatGPT tree.
+    for extra in ({"conversations": []}, {"main_messages": []}, {"mapping": {}, "current_node": None}):
+        message = {"role": "user", "content": "hi", "uid": "m", "created_at": "2026-01-01T00:00:00Z"}
+        document = {"chat_id": "c", "created_at": "2026-01-01T00:00:00Z", "messages": [message], **extra}
+        document["updated_at"] = document["created_at"]
+        assert formats.detect(document) == "canonical"
+        imported = formats.to_document(document)
+        assert imported.chat_id == "c"
+        assert imported.model_dump(mode="json") == formats.export(document, "canonical")
     with pytest.raises(InvalidDocument):
         formats.detect(42)
 

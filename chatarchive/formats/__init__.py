@@ -34,7 +34,8 @@ from . import canonical, chatgpt, finetune, malevich, masterbrain, openai_messag
 
 __all__ = ["EXPORT_FORMATS", "IMPORT_FORMATS", "detect", "export", "to_document"]
 
-#: Formats in the order auto-detection tries them (the most specific first).
+#: Formats in the order auto-detection tries them (the most specific first),
+#: after an object with a ``messages`` list, which is always a canonical document.
 IMPORT_FORMATS = {
     "masterbrain": masterbrain,
     "chatgpt": chatgpt,
@@ -60,6 +61,8 @@ def detect(data: Any) -> str:
     Raises:
         InvalidDocument: when no format recognizes it.
     """
+    if canonical.has_messages(data):
+        return "canonical"
     for name, adapter in IMPORT_FORMATS.items():
         if adapter.looks_like(data):
             return name
