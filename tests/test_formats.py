@@ -197,6 +197,21 @@ def test_sharegpt_round_trips(repo: ChatRepository) -> None:
     assert sharegpt.from_document(doc) == SHAREGPT
     repo.save(doc)
     assert sharegpt.from_document(repo.get(doc.chat_id)) == SHAREGPT
+    # A turn's keys named like the message's role and content or the archive's
+    # own fields were lost (overwritten by from and value, or left out by export).
+    crowded = {
+        "conversations": [
+            {"from": "human", "value": "hi", "role": "student", "content": None, "sharegpt": 1},
+            {"from": "gpt", "model": "m-7b", "created_at": "yesterday", "uid": 3, "usage": "n/a"},
+        ]
+    }
+    doc = sharegpt.to_document(crowded)
+    assert [(m.role, m.content, m.model, m.created_at) for m in doc.messages] == [
+        ("user", "hi", None, None),
+        ("assistant", None, None, None),
+    ]
+    repo.save(doc)
+    assert sharegpt.from_document(repo.get(doc.chat_id)) == crowded
 
 
 def _node(
