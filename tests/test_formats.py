@@ -482,7 +482,12 @@ def test_detection() -> None:
     assert formats.detect({"chat_id": "c", "messages": []}) == "canonical"
     # A document's unknown keys named like another format's: its messages were
     # lost, read as a ShareGPT record with no turns, a ChatDoc or a ChatGPT tree.
-    for extra in ({"conversations": []}, {"main_messages": []}, {"mapping": {}, "current_node": None}):
+    extras: list[dict[str, Any]] = [
+        {"conversations": []},
+        {"main_messages": []},
+        {"mapping": {}, "current_node": None},
+    ]
+    for extra in extras:
         message = {"role": "user", "content": "hi", "uid": "m", "created_at": "2026-01-01T00:00:00Z"}
         document = {"chat_id": "c", "created_at": "2026-01-01T00:00:00Z", "messages": [message], **extra}
         document["updated_at"] = document["created_at"]
