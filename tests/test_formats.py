@@ -76,6 +76,22 @@ def test_masterbrain_round_trips(repo: ChatRepository) -> None:
     assert masterbrain.from_document(doc) == MASTERBRAIN
     repo.save(doc)
     assert masterbrain.from_document(repo.get("mb-1")) == MASTERBRAIN
+    # A message's keys named like the archive's own fields (left out by export)
+    # or like the scenario mark were lost.
+    crowded = {
+        "chat_id": "mb-crowded",
+        "scenario_messages": [{"role": "system", "content": "s", "masterbrain": "x", "uid": "u-1"}],
+        "main_messages": [
+            {"role": "user", "content": "q", "created_at": "yesterday", "model": None, "masterbrain_keys": 1},
+            {"role": "assistant", "content": "a", "usage": {"tokens": 3}, "completed": "yes"},
+        ],
+        "human_feedback": [None, {"score": 1}],
+    }
+    doc = masterbrain.to_document(crowded)
+    assert [(m.created_at, m.usage, m.completed) for m in doc.messages] == [(None, None, True)] * 3
+    assert [f.message_uid for f in doc.feedback] == [doc.messages[2].uid]
+    repo.save(doc)
+    assert masterbrain.from_document(repo.get("mb-crowded")) == crowded
 
 
 @pytest.mark.parametrize(

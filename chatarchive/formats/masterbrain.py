@@ -15,6 +15,11 @@ ChatDoc                     ChatDocument
 ``human_feedback[i]``       feedback on ``main_messages[i]``: ``score``, ``additional``
                             as ``comment`` (an empty slot, ``null``, is no feedback;
                             feedback on the chat or a scenario message has no slot)
+message keys named like     kept as given under the message's ``masterbrain_keys`` key
+the archive's own fields    (export leaves those fields out, so they would be lost)
+(``uid``, ``created_at``,
+``model``...) or
+``masterbrain``
 ``start_time``,             kept as given under the document's ``masterbrain`` key, with
 ``end_time``, ``active``,   every other ChatDoc key (and ``created_at`` / ``updated_at``
 ``deleted``,                are set from the two times when they parse)
@@ -28,14 +33,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from chatarchive._document import ChatDocument
+from chatarchive._document import ARCHIVE_MESSAGE_FIELDS, ChatDocument
 from chatarchive._exceptions import InvalidDocument
 
-__all__ = ["KEY", "from_document", "looks_like", "to_document"]
+__all__ = ["ASIDE", "KEY", "from_document", "looks_like", "to_document"]
 
 #: Where ChatDoc keys without an archive field are kept, in the document and on
 #: scenario messages.
 KEY = "masterbrain"
+#: Where a ChatDoc message keeps its keys named like the archive's own fields
+#: (or like KEY, or ASIDE itself), as given.
+ASIDE = "masterbrain_keys"
+_SET_ASIDE = frozenset({KEY, ASIDE, *ARCHIVE_MESSAGE_FIELDS})
 _MAPPED = frozenset(
     {
         "chat_id",
@@ -70,9 +79,8 @@ def to_document(data: Any) -> ChatDocument:
     main = data.get("main_messages") or []
     if not isinstance(scenario, list) or not isinstance(main, list):
         raise InvalidDocument("scenario_messages and main_messages must be lists")
-    messages = [
-        {**message, KEY: "scenario"} if isinstance(message, dict) else message for message in scenario
-    ] + list(main)
+    messages = [_message(message, scenario=True) for message in scenario]
+    messages += [_message(message, scenario=False) for message in main]
     feedback = []
     slots = data.get("human_feedback")
     document: dict[str, Any] = {
@@ -132,6 +140,20 @@ def to_document(data: Any) -> ChatDocument:
     return doc
 
 
+def _message(message: Any, *, scenario: bool) -> Any:
+    """A ChatDoc message as an archive message: marked if it is a scenario
+    message, its keys the message cannot keep as they are set aside."""
+    if not isinstance(message, dict):
+        return message  # refused by validation, naming it
+    result = {key: value for key, value in message.items() if key not in _SET_ASIDE}
+    aside = {key: value for key, value in message.items() if key in _SET_ASIDE}
+    if aside:
+        result[ASIDE] = aside
+    if scenario:
+        result[KEY] = "scenario"
+    return result
+
+
 def from_document(doc: ChatDocument) -> Any:
     own: dict[str, Any] = dict((doc.model_extra or {}).get(KEY) or {})
     slots = own.pop("human_feedback_slots", None)
@@ -146,7 +168,10 @@ def from_document(doc: ChatDocument) -> Any:
     scenario, main = [], []
     for message in doc.messages:
         data = message.to_openai()
-        if data.pop(KEY, None) == "scenario":
+        part = data.pop(KEY, None)
+        if isinstance(data.get(ASIDE), dict):
+            data.update(data.pop(ASIDE))
+        if part == "scenario":
             scenario.append(data)
         else:
             main.append((message.uid, data))
