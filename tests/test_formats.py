@@ -184,6 +184,11 @@ def test_malevich_round_trips(repo: ChatRepository) -> None:
     assert _instants(malevich.from_document(doc)) == _instants(MALEVICH)
     repo.save(doc)
     assert _instants(malevich.from_document(repo.get(doc.chat_id))) == _instants(MALEVICH)
+    # Malevich's Message defaults completed to false; the archive took a message
+    # without it as completed, and export said so.
+    unsaid = [{k: v for k, v in message.items() if k != "completed"} for message in MALEVICH]
+    assert [m.completed for m in malevich.to_document(unsaid).messages] == [False] * len(MALEVICH)
+    assert all(m["completed"] is False for m in malevich.from_document(malevich.to_document(unsaid)))
 
 
 SHAREGPT: dict[str, Any] = {

@@ -6,7 +6,8 @@ list of content items), ``completed``, the flags ``is_intent``,
 ``tool_call_id`` and any extra fields: all map onto a chatarchive message
 (``uid``, timestamps and ``completed`` are archive fields; the flags and extras
 are kept as they are), so export gives back the same list (timestamps as the
-same instants, written in ISO 8601).
+same instants, written in ISO 8601). A message without ``completed`` is not
+completed, as in Malevich's model, and export writes ``"completed": false``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,15 @@ def looks_like(data: Any) -> bool:
 def to_document(data: Any) -> ChatDocument:
     if not isinstance(data, list):
         raise InvalidDocument("a Malevich conversation is a list of messages")
-    return ChatDocument.parse({"messages": data})
+    # Malevich's own default: a message that does not say it is completed is not
+    # (the archive's default, for a message given to save, is the other way).
+    messages = [
+        {**message, "completed": False}
+        if isinstance(message, dict) and "completed" not in message
+        else message
+        for message in data
+    ]
+    return ChatDocument.parse({"messages": messages})
 
 
 def from_document(doc: ChatDocument) -> Any:
