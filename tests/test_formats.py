@@ -597,6 +597,17 @@ def test_finetune_selection() -> None:
     )
     assert kept == []
     assert counted.skipped == {"no messages": 1, "no assistant message": 1}
+    # A message whose stream stopped (its text cut short) went into the training data.
+    cut = formats.to_document(
+        {
+            "chat_id": "cut",
+            "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "Th"}],
+        }
+    )
+    cut.messages[1].completed = False
+    stopped = finetune.Selection()
+    assert list(finetune.select([cut], finetune.Filters(), stopped)) == []
+    assert stopped.skipped == {"incomplete messages": 1}
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,9 @@ Messages keep only the keys the fine-tuning API knows (``role``, ``content``,
 ``name``, ``tool_calls``, ``tool_call_id``, ``function_call``, ``weight``); the
 chat's ``workflow["tools"]`` list is written as ``tools`` when it holds tool
 definitions (objects). :func:`select` applies the filters that matter for
-datasets and skips, with a reason, chats whose tool calls are not all answered
-and chats with no assistant message (none is left to train on; OpenAI's
+datasets and skips, with a reason, chats whose tool calls are not all answered,
+chats with a message not completed (a stream still running, or one that
+stopped: its text is cut short) and chats with no assistant message (none is left to train on; OpenAI's
 fine-tuning refuses such an example).
 """
 
@@ -114,6 +115,9 @@ def select(docs: Iterable[ChatDocument], filters: Filters, selection: Selection)
                 continue
         if unanswered_tool_calls(doc):
             selection.skip("unanswered tool calls")
+            continue
+        if not all(message.completed for message in doc.messages):
+            selection.skip("incomplete messages")
             continue
         line = from_document(doc, filters.exclude_roles)
         if not line["messages"]:  # none, or none left once the excluded roles are out
