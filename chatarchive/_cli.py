@@ -6,6 +6,7 @@ traceback), 2 a usage error, 130 an import stopped by Ctrl-C.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
@@ -17,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from importlib import resources
 from itertools import count
-from typing import Any, NoReturn
+from typing import Any, BinaryIO, NoReturn
 
 import click
 from rich.console import Console
@@ -134,10 +135,21 @@ _stdout = Console(highlight=False, soft_wrap=True)
 _stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def _write_utf8() -> None:
+    """Standard output and error write UTF-8 whatever the locale's encoding (a
+    Windows pipe's is the ANSI code page): what ``export`` writes is JSON Lines,
+    which is UTF-8, and a stored character that encoding lacks crashed the
+    command with UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and codecs.lookup(stream.encoding).name != "utf-8":
+            stream.reconfigure(encoding="utf-8")
+
+
 class _Group(click.Group):
     """Turns chatarchive's errors into a one-line message and exit code 1."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        _write_utf8()
         try:
             return super().invoke(ctx)
         except BrokenPipeError:
@@ -436,21 +448,31 @@ def _records(paths: tuple[str, ...], moved: Callable[[int, int], None]) -> Itera
     there were so far and how many bytes of the files are read."""
     records, done = count(1), 0
     for path in paths:
-        if path == "-":
-            for record in read_records(sys.stdin, "<stdin>"):
-                moved(next(records), 0)
-                yield record
-            continue
-        with open(path, "rb") as raw, open_text(raw, path) as stream:
+        stdin = path == "-"
+        source = "<stdin>" if stdin else path
+        with _standard_input() if stdin else open(path, "rb") as raw, open_text(raw, source) as stream:
             try:
-                for record in read_records(stream, path):
-                    moved(next(records), done + raw.tell())
+                for record in read_records(stream, source):
+                    moved(next(records), 0 if stdin else done + raw.tell())
                     yield record
             except UnicodeDecodeError as exc:
-                yield Record(path, 0, error=f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+                yield Record(source, 0, error=f"not UTF-8 text ({exc.reason} at byte {exc.start})")
             except READ_ERRORS as exc:
-                yield Record(path, 0, error=f"cannot be read: {exc}")
-            done += raw.tell()
+                yield Record(source, 0, error=f"cannot be read: {exc}")
+            if not stdin:
+                done += raw.tell()
+
+
+def _standard_input() -> BinaryIO:
+    """Standard input's bytes, decoded as a file's are: its text stream decodes
+    with the locale's encoding (cp1252 in a Windows pipe), which made UTF-8
+    mojibake. Read through a reader of its own (closing it leaves the file
+    descriptor open): one still blocked in a read when Ctrl-C ends the import
+    would otherwise hold the lock that closing ``sys.stdin`` at exit waits for."""
+    try:
+        return open(sys.stdin.fileno(), "rb", closefd=False)
+    except (OSError, ValueError):  # no file descriptor (a test runner's stream)
+        return sys.stdin.buffer
 
 
 def _document(record: Record, fmt: str = "auto") -> ChatDocument | Mapping[str, Any]:

@@ -117,7 +117,7 @@ def read_records(stream: IO[str], source: str) -> Iterator[Record]:
         first = False
 
 
-def open_text(raw: BinaryIO, name: str) -> IO[str]:
+def open_text(raw: BinaryIO, name: str) -> io.TextIOWrapper:
     """The bytes of ``raw`` (a file opened to read bytes, which its opener
     closes) as UTF-8 text, decompressed if ``name`` says so."""
     return io.TextIOWrapper(_compression(raw, name, "rb") or raw, encoding="utf-8")

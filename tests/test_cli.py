@@ -31,17 +31,24 @@ def run(empty_database: URL, tmp_path: Path) -> Run:
     url = empty_database.render_as_string(hide_password=False)
 
     def run(
-        *args: str, stdin: str | None = None, expect: int | None = 0, columns: int = 200
+        *args: str,
+        stdin: str | bytes | None = None,
+        expect: int | None = 0,
+        columns: int = 200,
+        environment: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "COLUMNS": str(columns)}
+        env = {**os.environ, "COLUMNS": str(columns), **(environment or {})}
         env.pop("CHATARCHIVE_DATABASE_URL", None)
-        result = subprocess.run(
+        raw = subprocess.run(
             [CHATARCHIVE, "--db", url, *args],
-            input=stdin,
+            input=stdin.encode("utf-8") if isinstance(stdin, str) else stdin,
             capture_output=True,
-            text=True,
             cwd=tmp_path,
             env=env,
+        )
+        # The output is UTF-8 whatever the locale's encoding (see test_text_is_utf8...).
+        result = subprocess.CompletedProcess(
+            raw.args, raw.returncode, raw.stdout.decode("utf-8"), raw.stderr.decode("utf-8")
         )
         if expect is not None:
             assert result.returncode == expect, result.stdout + result.stderr
@@ -311,6 +318,24 @@ def test_import_from_stdin(run: Run) -> None:
     run("db", "upgrade")
     run("import", "-", stdin=json.dumps(DOC))
     assert json.loads(run("export").stdout)["chat_id"] == "doc-1"
+
+
+def test_text_is_utf8_in_and_out_whatever_the_locales_encoding(run: Run) -> None:
+    """Standard input was decoded, and output encoded, with the locale's encoding
+    (a Windows pipe's is cp1252): piped UTF-8 was stored as mojibake ("cafÃ©"),
+    and a character the encoding lacks crashed ls and export."""
+    run("db", "upgrade")
+    latin = {"PYTHONIOENCODING": "latin-1"}
+    run("import", "-", stdin=json.dumps({**DOC, "title": "café ✓"}, ensure_ascii=False), environment=latin)
+    assert json.loads(run("export").stdout)["title"] == "café ✓"
+    ascii_only = {"PYTHONIOENCODING": "ascii"}
+    assert json.loads(run("export", environment=ascii_only).stdout)["title"] == "café ✓"
+    assert "café ✓" in run("ls", environment=ascii_only).stdout
+    assert "café ✓" in run("show", "doc-1", environment=ascii_only).stdout
+    missing = run("show", "✓", expect=1, environment=ascii_only)
+    assert "chat '✓' not found" in missing.stderr
+    bad = run("import", "-", stdin=b'{"chat_id": "\xe9"}', expect=1)  # not UTF-8: named as a file is
+    assert "<stdin>:0: not UTF-8 text" in bad.stderr
 
 
 def test_import_skips_a_byte_order_mark(run: Run, tmp_path: Path) -> None:
