@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import errno
 import io
 import json
 import os
@@ -469,6 +470,8 @@ def _standard_input() -> BinaryIO:
     mojibake. Read through a reader of its own (closing it leaves the file
     descriptor open): one still blocked in a read when Ctrl-C ends the import
     would otherwise hold the lock that closing ``sys.stdin`` at exit waits for."""
+    if sys.stdin is None:  # started with it closed ('<&-')
+        raise OSError(errno.EBADF, "standard input is closed", "-")
     try:
         return open(sys.stdin.fileno(), "rb", closefd=False)
     except (OSError, ValueError):  # no file descriptor (a test runner's stream)

@@ -338,6 +338,23 @@ def test_text_is_utf8_in_and_out_whatever_the_locales_encoding(run: Run) -> None
     assert "<stdin>:0: not UTF-8 text" in bad.stderr
 
 
+def test_import_from_a_closed_standard_input_says_so(run: Run, empty_database: URL, tmp_path: Path) -> None:
+    """Started with standard input closed ('<&-'), import - ended in an AttributeError traceback."""
+    run("db", "upgrade")
+    url = empty_database.render_as_string(hide_password=False)
+    env = {key: value for key, value in os.environ.items() if key != "CHATARCHIVE_DATABASE_URL"}
+    result = subprocess.run(
+        ["sh", "-c", '"$0" --db "$1" import - <&-', CHATARCHIVE, url],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "Error: -: standard input is closed" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_import_skips_a_byte_order_mark(run: Run, tmp_path: Path) -> None:
     run("db", "upgrade")
     bom = "\ufeff"
