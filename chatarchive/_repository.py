@@ -506,19 +506,19 @@ class ChatRepository:
             parse_messages([{"role": "chunk", "content": chunk}], chat_id=chat_id, limits=self._limits)
         except InvalidDocument as exc:
             raise InvalidDocument(exc.reason, chat_id=chat_id, field="chunk") from None
-        if tool_call_index is not None and (not is_whole_number(tool_call_index) or tool_call_index < 0):
-            raise InvalidDocument(
-                "tool_call_index must be a whole number >= 0", chat_id=chat_id, field="tool_call_index"
-            )
-        most = (self._limits or DEFAULT_LIMITS).max_tool_calls
-        if tool_call_index is not None and tool_call_index >= most:
-            # Reading the message makes a call for every index up to this one.
-            raise InvalidDocument(
-                f"tool_call_index {tool_call_index} is past the last of the {most} tool calls "
-                "a message may have",
-                chat_id=chat_id,
-                field="tool_call_index",
-            )
+        if tool_call_index is not None:
+            if not is_whole_number(tool_call_index) or tool_call_index < 0:
+                raise InvalidDocument(
+                    "tool_call_index must be a whole number >= 0", chat_id=chat_id, field="tool_call_index"
+                )
+            most = (self._limits or DEFAULT_LIMITS).max_tool_calls
+            if tool_call_index >= most:  # reading the message makes a call for every index up to this one
+                raise InvalidDocument(
+                    f"tool_call_index {tool_call_index} is past the last of the {most} tool calls "
+                    "a message may have",
+                    chat_id=chat_id,
+                    field="tool_call_index",
+                )
         target = self._scoped(
             select(messages.c.chat_id, messages.c.position)
             .join(chats, chats.c.chat_id == messages.c.chat_id)

@@ -6,8 +6,8 @@ chat's ``workflow["tools"]`` list is written as ``tools`` when it holds tool
 definitions (objects). :func:`select` applies the filters that matter for
 datasets and skips, with a reason, chats whose tool calls are not all answered,
 chats with a message not completed (a stream still running, or one that
-stopped: its text is cut short) and chats with no assistant message (none is left to train on; OpenAI's
-fine-tuning refuses such an example).
+stopped: its text is cut short) and chats with no assistant message (none is
+left to train on; OpenAI's fine-tuning refuses such an example).
 """
 
 from __future__ import annotations
