@@ -22,6 +22,7 @@ from itertools import count
 from typing import Any, BinaryIO, NoReturn
 
 import click
+from rich.cells import cell_len
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -619,19 +620,20 @@ def ls(
         if more:
             _stderr.print(more)
         return
-    table = _table("chat_id", "user", "title", "model", "messages", "updated (UTC)")
-    table.columns[-1].min_width = len("YYYY-MM-DD")  # a day is not split across lines
-    for chat in page.items:
-        _add_row(
-            table,
-            chat.chat_id,
-            chat.user_id or "",
-            chat.title or "",
-            chat.model or "",
-            str(chat.message_count),
-            chat.updated_at.strftime("%Y-%m-%d %H:%M:%S"),
-        )
-    _stdout.print(table)
+    _print_table(
+        ("chat_id", "user", "title", "model", "messages", "updated (UTC)"),
+        [
+            (
+                chat.chat_id,
+                chat.user_id,
+                chat.title,
+                chat.model,
+                chat.message_count,
+                chat.updated_at,
+            )
+            for chat in page.items
+        ],
+    )
     if more:
         _stdout.print(more)
 
@@ -733,13 +735,14 @@ def stats(
         model=model,
         workflow=workflow,
     )
+    if fmt == "table":
+        _print_stats(by, [row.model_dump() for row in rows])
+        return
     records = [row.model_dump(mode="json") for row in rows]
     if fmt == "json":
         _echo_json(records)
-    elif fmt == "csv":
-        _write_csv(records)
     else:
-        _print_stats(by, records)
+        _write_csv(records)
 
 
 def _write_csv(records: list[dict[str, Any]]) -> None:
@@ -755,29 +758,79 @@ def _echo_json(value: object) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
 
-def _table(key: str, *columns: str) -> Table:
-    """A table of stored values, folded rather than cut short when the terminal
-    is narrow (an id cut to "chat-1…" cannot be passed to 'show'); the other
-    columns give way first to the ``key`` column."""
+_DAY = len("YYYY-MM-DD")
+
+
+def _print_table(headers: tuple[str, ...], rows: list[tuple[object, ...]]) -> None:
+    """A table of stored values, written so that no value is lost.
+
+    In a narrow terminal text is folded rather than cut short (an id cut to
+    "chat-1…" cannot be passed to 'show'), the widest columns first and the
+    first one (the key) last; a number is never folded ("1.000" over two lines
+    reads as "1.00" and "0"), nor the day of a time. When even that does not
+    fit, the table is wider than the terminal rather than losing columns.
+    Written to a file or a pipe (no terminal, no $COLUMNS), it has its natural
+    width."""
+    cells = [[printable(_cell(value)) for value in row] for row in rows]
     table = Table()
-    table.add_column(literal(key), overflow="fold", no_wrap=True)
-    for column in columns:
-        table.add_column(literal(column), overflow="fold")
-    return table
+    natural: list[int] = []
+    words: list[int] = []  # the longest word, the header's included
+    whole: list[int] = []  # never narrower: a number, the day of a time
+    for index, header in enumerate(headers):
+        column = [row[index] for row in cells]
+        natural.append(max(map(cell_len, [header, *column])))
+        words.append(max(cell_len(word) for cell in [header, *column] for word in [*cell.split(), ""]))
+        types = {type(row[index]) for row in rows} - {type(None)}
+        numbers = bool(types) and types <= {int, float}
+        whole.append(max(map(cell_len, column)) if numbers else _DAY if types == {datetime} else 0)
+        table.add_column(literal(header), justify="right" if numbers else "left", overflow="fold")
+    for row in cells:
+        table.add_row(*(Text(cell) for cell in row))
+    frame = 3 * len(headers) + 1  # a space each side of a cell, the borders
+    if _stdout.is_terminal or "COLUMNS" in os.environ:
+        widths = _fitted(natural, words, whole, _stdout.width - frame)
+    else:
+        widths = natural
+    for shown, width in zip(table.columns, widths, strict=True):
+        shown.width = width
+    table.width = sum(widths) + frame
+    _stdout.print(table)
 
 
-def _add_row(table: Table, *values: str) -> None:
-    table.add_row(*(literal(value) for value in values))
+def _fitted(natural: list[int], words: list[int], whole: list[int], room: int) -> list[int]:
+    """Column widths that fit ``room`` if they can, from the ``natural`` ones.
+
+    The widest columns give way first: the other columns until a word would
+    be folded (but for words longer than a day, "2026-03-02"), then until
+    they are 3 wide, and only then the first column (the key), to a day's
+    width. None is made narrower than its ``whole``."""
+    others = range(1, len(natural))
+    stages = [
+        (others, [min(word, _DAY) for word in words]),
+        (others, [min(width, 3) for width in natural]),
+        (range(len(natural)), [min(width, _DAY) for width in natural]),
+    ]
+    widths = list(natural)
+    for columns, floors in stages:
+        least = [max(pair) for pair in zip(floors, whole, strict=True)]
+        while (excess := sum(widths) - room) > 0:
+            shrinkable = [index for index in columns if widths[index] > least[index]]
+            if not shrinkable:
+                break
+            widest = max(shrinkable, key=widths.__getitem__)
+            next_widest = max((widths[index] for index in shrinkable if index != widest), default=0)
+            target = max(least[widest], widths[widest] - excess, next_widest)
+            widths[widest] = min(target, widths[widest] - 1)
+    return widths
 
 
 def _print_stats(by: str, records: list[dict[str, Any]]) -> None:
     if not records:
         _stdout.print("(no data)")
         return
-    table = _table(*records[0])
-    for record in records:
-        _add_row(table, *(_cell(value) for value in record.values()))
-    _stdout.print(table)
+    times = {key for record in records for key, value in record.items() if isinstance(value, datetime)}
+    headers = tuple(f"{key} (UTC)" if key in times else key for key in records[0])
+    _print_table(headers, [tuple(record.values()) for record in records])
     if by == "day":
         _print_daily_bars(records)
 
@@ -785,13 +838,15 @@ def _print_stats(by: str, records: list[dict[str, Any]]) -> None:
 def _cell(value: object) -> str:
     if value is None:
         return ""
+    if isinstance(value, datetime):
+        return f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S}"
     if isinstance(value, float):
         return f"{value:.3f}"
     return str(value)
 
 
 def _print_daily_bars(records: list[dict[str, Any]]) -> None:
-    per_day: dict[str, int] = {}
+    per_day: dict[object, int] = {}
     for record in records:
         per_day[record["day"]] = per_day.get(record["day"], 0) + int(record["messages"])
     widest = max(per_day.values()) or 1

@@ -34,11 +34,13 @@ def run(empty_database: URL, tmp_path: Path) -> Run:
         *args: str,
         stdin: str | bytes | None = None,
         expect: int | None = 0,
-        columns: int = 200,
+        columns: int | None = 200,
         environment: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "COLUMNS": str(columns), **(environment or {})}
         env.pop("CHATARCHIVE_DATABASE_URL", None)
+        if columns is None:  # output to a file, no terminal width given
+            env.pop("COLUMNS")
         raw = subprocess.run(
             [CHATARCHIVE, "--db", url, *args],
             input=stdin.encode("utf-8") if isinstance(stdin, str) else stdin,
@@ -695,10 +697,46 @@ def test_ls_folds_rather_than_cuts_ids_in_a_narrow_terminal(run: Run, tmp_path: 
         "messages": [{"role": "user", "content": "hi"}],
     }
     run("import", write(tmp_path / "doc.json", json.dumps(doc)))
-    narrow = run("ls", columns=60).stdout
-    assert chat_id in narrow
-    assert re.search(r" \d{4}-\d\d-\d\d ", narrow)  # nor splits a day
-    assert "…" not in run("ls", columns=30).stdout
+    assert chat_id in run("ls", columns=80).stdout  # the other columns fold first
+    for columns in (60, 30):
+        narrow = run("ls", columns=columns).stdout
+        assert chat_id in first_column(narrow), narrow
+        assert re.search(r" \d{4}-\d\d-\d\d ", narrow)  # nor splits a day
+        assert "…" not in narrow
+
+
+def first_column(table: str) -> str:
+    """The text of a table's first column, its folded lines joined."""
+    return "".join(line.split("│")[1].strip() for line in table.splitlines() if line.startswith("│"))
+
+
+def test_tables_never_lose_or_split_a_value(run: Run, tmp_path: Path) -> None:
+    run("db", "upgrade")
+    model = "a-model-with-a-long-name-" + "x" * 20
+    doc = {
+        "chat_id": "c1",
+        "model": model,
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello", "usage": {"prompt_tokens": 123456789}},
+        ],
+        "feedback": [{"score": 0.5}],
+    }
+    run("import", write(tmp_path / "doc.json", json.dumps(doc)))
+    for columns in (30, 50, 80):
+        narrow = run("stats", "--by", "model", columns=columns).stdout
+        # A number is never folded ("0.500" over two lines would read as two
+        # values), and no column is dropped to fit; text folds.
+        for number in ("123456789", "0.500"):
+            assert re.search(rf"\b{re.escape(number)}\b", narrow), (columns, narrow)
+        assert model in first_column(narrow), (columns, narrow)
+        assert "…" not in narrow
+    # Written to a file (no terminal, no $COLUMNS), a table has its natural
+    # width: every cell and header on one line.
+    whole = run("stats", "--by", "model", columns=None).stdout
+    assert re.search(rf"│ {model} +│ +1 │ +2 │ .*│ +123456789 │ .*│ +0\.500 │", whole), whole
+    assert "completion_tokens" in whole
+    assert "c1" in run("ls", columns=None).stdout
 
 
 def test_output_closed_by_its_reader_ends_quietly(run: Run, tmp_path: Path, empty_database: URL) -> None:
