@@ -109,14 +109,16 @@ def search_messages(
             params[name] = value
     where = "".join(f" AND {condition}" for condition in filters)
     require_search_index(session.connection())
+    fts_query = fts5_query(query)
+    if fts_query is None:
+        # No word to find: nothing searchable, or only excluded words, which
+        # PostgreSQL would answer with every other message, read from all of them.
+        return []
     postgres = session.get_bind().dialect.name == "postgresql"
     if postgres:
         params["query"] = query
         statement = _postgres_statement(where, candidates=max(RANKED_CANDIDATES, limit))
     else:
-        fts_query = fts5_query(query)
-        if fts_query is None:
-            return []
         params["query"] = fts_query
         statement = _sqlite_statement(where)
     typed = statement.bindparams(

@@ -364,6 +364,10 @@ def test_search_syntax(loaded: ChatRepository) -> None:
     assert found("primer -probably") == [("alpha", 3)]
     assert sorted(found("tris or hepes")) == [("delta", 2), ("delta", 3), ("delta", 4)]
     assert found("compare buffers") == [("delta", 0)]
+    # Only excluded words find nothing, on both databases (PostgreSQL's
+    # websearch_to_tsquery would match every message without them).
+    for query in ("-probably", '-"primer dimers" or -band', "or -band"):
+        assert found(query) == [], query
 
 
 @pytest.mark.parametrize(
