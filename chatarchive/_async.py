@@ -551,9 +551,11 @@ class AsyncChatArchive:
     async def upgrade(self, revision: str = "head", *, lock_timeout: float | None = None) -> None:
         """Migrate the database to ``revision`` (default: the newest); see
         :meth:`ChatArchive.upgrade`."""
-        from ._migrations import migrate
+        from ._migrations import migrate, require_reachable
 
         require_unscoped(self._user_id, "upgrade")
+        self._require_open()
+        require_reachable(self._engine.url, revision)
         await self._on_connection(partial(migrate, revision=revision, up=True, lock_timeout=lock_timeout))
         self._schema_ready = False
 

@@ -15,8 +15,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.script.revision import RevisionError
 from alembic.util import CommandError
-from sqlalchemy import Connection, Engine
+from sqlalchemy import URL, Connection, Engine
 
 from alembic import command
 
@@ -33,6 +34,7 @@ __all__ = [
     "migrate",
     "problems_of",
     "render",
+    "require_reachable",
     "revision_of",
     "script_location",
     "upgrade",
@@ -92,11 +94,24 @@ def _revision_errors(config: Config) -> Iterator[None]:
     """An unknown revision, or one on the wrong side, is bad input."""
     try:
         yield
-    except CommandError as exc:
+    except (CommandError, RevisionError) as exc:
         known = [script.revision for script in ScriptDirectory.from_config(config).walk_revisions()]
         raise InvalidDocument(
             f"{exc} (revisions: {', '.join(reversed(known))}, head, base)", field="revision"
         ) from exc
+
+
+def require_reachable(url: URL, revision: str) -> None:
+    """Refuse, before anything connects, an upgrade of a SQLite file that does
+    not exist yet to a revision an empty database cannot reach ('0099',
+    '+20'): connecting creates the file, which the failed upgrade left behind
+    as an empty archive at revision none."""
+    if missing_archive(url) is None:
+        return
+    require_text(revision, "revision")
+    config = alembic_config()
+    with _revision_errors(config):
+        list(ScriptDirectory.from_config(config).iterate_revisions(revision, "base"))
 
 
 def _lock_timeout_ms(seconds: object) -> int | None:
@@ -114,6 +129,7 @@ def _lock_timeout_ms(seconds: object) -> int | None:
 
 def upgrade(engine: Engine, revision: str = "head", *, lock_timeout: float | None = None) -> None:
     """Migrate the database up to ``revision`` (default: the newest)."""
+    require_reachable(engine.url, revision)
     with database_errors(), engine.connect() as connection:
         migrate(connection, revision, up=True, lock_timeout=lock_timeout)
 

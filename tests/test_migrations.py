@@ -222,6 +222,28 @@ def test_an_unknown_revision_is_refused_and_changes_nothing(empty_database: URL)
         assert archive.current_revision() == "0004"
 
 
+def test_a_failed_upgrade_of_a_new_sqlite_file_leaves_no_file(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    url = f"sqlite:///{path}"
+
+    async def upgrade_through_asyncio(revision: str) -> None:
+        async with AsyncChatArchive(url) as twin:
+            await twin.upgrade(revision)
+
+    with ChatArchive(url) as archive:
+        for unreachable in ("0099", "+20", "0099:0001"):
+            with pytest.raises(InvalidDocument, match="revisions: 0001") as raised:
+                archive.upgrade(unreachable)
+            assert raised.value.field == "revision"
+            with pytest.raises(InvalidDocument, match="revisions: 0001"):
+                asyncio.run(upgrade_through_asyncio(unreachable))
+            assert not path.exists()
+        archive.upgrade("+2")  # reachable from an empty database
+        assert archive.current_revision() == "0002"
+    asyncio.run(upgrade_through_asyncio("head"))
+    assert ChatArchive(url).current_revision() == SCHEMA_REVISION
+
+
 def _env_with_url(url: URL) -> dict[str, str]:
     return {**os.environ, "CHATARCHIVE_DATABASE_URL": url.render_as_string(hide_password=False)}
 
