@@ -18,7 +18,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from ._document import ChatDocument, ChatPage, Feedback, Limits, Message, check_limits
-from ._engine import create_engine, for_reading, for_writing, missing_archive
+from ._engine import create_engine, for_reading, for_writing, in_memory, missing_archive, shown_url
 from ._exceptions import (
     ChatArchiveError,
     ChatNotFound,
@@ -75,7 +75,7 @@ def archive_repr(archive: object, url: URL, user_id: str | None) -> str:
     """``ChatArchive('postgresql+psycopg://u:***@host/db', user_id='bob')``:
     the database (its password hidden) and the user a scoped archive serves."""
     scope = "" if user_id is None else f", user_id={quoted(user_id)}"
-    return f"{type(archive).__name__}({url.render_as_string()!r}{scope})"
+    return f"{type(archive).__name__}({shown_url(url)!r}{scope})"
 
 
 def require_open(archive: object, closed: bool) -> None:
@@ -135,8 +135,13 @@ def require_revision(url: URL, current: str | None) -> None:
     """Refuse a database that is not at the revision this version's models describe."""
     if current != SCHEMA_REVISION:
         raise SchemaNotReady(
-            f"database {url.render_as_string()} is at revision {current or 'none'}, "
-            f"chatarchive needs {SCHEMA_REVISION}: run 'chatarchive db upgrade'"
+            f"database {shown_url(url)} is at revision {current or 'none'}, "
+            f"chatarchive needs {SCHEMA_REVISION}: "
+            + (
+                "an in-memory database starts empty: call the archive's upgrade() first"
+                if in_memory(url)
+                else "run 'chatarchive db upgrade'"
+            )
         )
 
 

@@ -40,7 +40,7 @@ from sqlalchemy import inspect, text
 from . import formats
 from ._archive import ChatArchive
 from ._document import ChatDocument
-from ._engine import DEFAULT_URL, URL_ENV, missing_archive
+from ._engine import DEFAULT_URL, URL_ENV, in_memory, missing_archive, shown_url
 from ._exceptions import ChatArchiveError, database_errors, require_moment
 from ._ingest import MAX_BATCH_SIZE, documents_in_flight
 from ._jsonio import READ_ERRORS, Record, open_text, read_records, written
@@ -123,7 +123,7 @@ def _ask_if_chats_are_lost(archive: ChatArchive, question: str) -> None:
     no question. No answer (no terminal) aborts."""
     stored = _stored_chats(archive)
     if stored:
-        asked = question.format(chats=_chats(stored), where=archive.url.render_as_string())
+        asked = question.format(chats=_chats(stored), where=shown_url(archive.url))
         click.confirm(printable(asked), abort=True, err=True)
 
 
@@ -175,7 +175,15 @@ class _State:
     @property
     def archive(self) -> ChatArchive:
         if self._archive is None:
-            self._archive = ChatArchive(self.url)
+            archive = ChatArchive(self.url)
+            if in_memory(archive.url) and click.get_current_context().command is not quickstart:
+                # Each command is a process of its own: what one wrote, the next would not see.
+                archive.close()
+                _fail(
+                    f"{shown_url(archive.url)} is an in-memory database, which lasts one command: "
+                    f"name a file, such as {DEFAULT_URL} ('quickstart' alone runs in memory)"
+                )
+            self._archive = archive
         return self._archive
 
     def close(self) -> None:
@@ -986,7 +994,7 @@ def bench(
 def quickstart() -> None:
     """Create the archive, import the bundled sample chats, list and show one."""
     archive = _state().archive
-    _stderr.print(f"archive: {archive.url.render_as_string()}", markup=False)
+    _stderr.print(f"archive: {shown_url(archive.url)}", markup=False)
     archive.upgrade()
     samples = sorted(
         (

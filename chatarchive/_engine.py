@@ -31,7 +31,9 @@ __all__ = [
     "driver_call",
     "for_reading",
     "for_writing",
+    "in_memory",
     "missing_archive",
+    "shown_url",
 ]
 
 #: Environment variable that names the archive's database.
@@ -122,7 +124,8 @@ def create_async_engine(
     return engine
 
 
-def _in_memory(url: URL) -> bool:
+def in_memory(url: URL) -> bool:
+    """Whether ``url`` names an in-memory SQLite database (``sqlite://``, ``sqlite:///:memory:``)."""
     return url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
 
 
@@ -130,9 +133,19 @@ def _sqlite_file(url: URL) -> str | None:
     """The path of a SQLite archive that ``url`` names by a plain path (``None``
     for any other: another database, in memory, or a ``file:`` URI with
     ``?uri=true``, which says for itself whether to create the file)."""
-    if url.get_backend_name() != "sqlite" or _in_memory(url) or url.query.get("uri") is not None:
+    if url.get_backend_name() != "sqlite" or in_memory(url) or url.query.get("uri") is not None:
         return None
     return str(url.database)
+
+
+def shown_url(url: URL) -> str:
+    """``url`` as messages show it: the password hidden, and a SQLite path as
+    it is on disk (SQLAlchemy 2.1 writes its ``:`` as ``%3A``: ``:memory:``
+    came out as ``%3Amemory%3A``)."""
+    if url.get_backend_name() != "sqlite" or not url.database:
+        return url.render_as_string()
+    query = url.render_as_string().partition("?")[2]
+    return f"{url.drivername}:///{url.database}" + (f"?{query}" if query else "")
 
 
 def missing_archive(url: URL) -> str | None:
@@ -190,7 +203,7 @@ def _one_memory_connection(url: URL, options: dict[str, Any], pool: type[_Memory
     (another thread found no tables), and let concurrent tasks into one
     connection at once ("cannot start a transaction within a transaction").
     The caller's own pool options win."""
-    if not _in_memory(url) or {"poolclass", "pool", "creator"} & options.keys():
+    if not in_memory(url) or {"poolclass", "pool", "creator"} & options.keys():
         return
     options.update(poolclass=pool, pool_size=1, max_overflow=0)
     options["connect_args"] = {"check_same_thread": False, **options.get("connect_args", {})}
@@ -216,7 +229,7 @@ def _set_up(engine: Engine, url: URL, options: dict[str, Any]) -> None:
         if not options.get("pool_pre_ping"):
             _ping_idle_connections(engine)
     if url.get_backend_name() == "sqlite":
-        _set_up_sqlite(engine, in_memory=_in_memory(url))
+        _set_up_sqlite(engine, in_memory=in_memory(url))
         if (path := _sqlite_file(url)) is not None:
             _name_a_missing_directory(engine, path)
 

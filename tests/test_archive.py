@@ -622,6 +622,21 @@ def test_an_archive_shows_its_database_and_user_but_not_the_password() -> None:
     asyncio.run(aarchive.close())
 
 
+@pytest.mark.parametrize("url", ["sqlite:///:memory:", "sqlite:////tmp/runs:2026/chats.db"])
+def test_a_sqlite_path_is_shown_as_it_is_on_disk(url: str) -> None:
+    # SQLAlchemy 2.1 writes ':' as '%3A': 'sqlite:///%3Amemory%3A' in reprs and errors.
+    with ChatArchive(url) as archive:
+        assert repr(archive) == f"ChatArchive('{url}')"
+        if url.endswith(":memory:"):
+            with pytest.raises(SchemaNotReady) as raised:
+                archive.get("c")
+            # Not "run 'chatarchive db upgrade'", which would migrate another, empty database.
+            assert str(raised.value) == (
+                f"database {url} is at revision none, chatarchive needs {SCHEMA_REVISION}: "
+                "an in-memory database starts empty: call the archive's upgrade() first"
+            )
+
+
 def test_a_users_read_on_sqlite_waits_for_no_writer(tmp_path: Path) -> None:
     # A user's reads (for_user) began IMMEDIATE, as writes do, taking SQLite's
     # write lock: they waited for every writer, and one inside the archive's

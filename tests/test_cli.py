@@ -17,9 +17,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from sqlalchemy import URL
 
 from chatarchive import create_engine
+from chatarchive._cli import main
 from chatarchive._schema import SCHEMA_REVISION
 
 CHATARCHIVE = str(Path(sys.executable).with_name("chatarchive"))
@@ -482,6 +484,19 @@ def test_quickstart(tmp_path: Path) -> None:
     assert "seed-tool-calling" in result.stdout
     assert "airalogy_search" in result.stdout
     assert "imported 4 sample chats" in result.stderr
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
+def test_an_in_memory_database_runs_only_the_quickstart(url: str) -> None:
+    # 'db upgrade' then 'import' each met a new, empty database: the import
+    # failed with "run 'chatarchive db upgrade'", which had just been run.
+    for command in (["db", "upgrade"], ["import", "-"], ["ls"], ["rm", "c", "--yes"]):
+        result = CliRunner().invoke(main, ["--db", url, *command], input="{}")
+        assert result.exit_code == 1, command
+        assert f"{url} is an in-memory database, which lasts one command" in result.output
+    result = CliRunner().invoke(main, ["--db", url, "quickstart"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "seed-tool-calling" in result.output
 
 
 def test_bulk_import(run: Run, tmp_path: Path) -> None:
