@@ -330,14 +330,17 @@ def _set_up_sqlite(engine: Engine, *, in_memory: bool) -> None:
 
 
 def _name_a_missing_directory(engine: Engine, path: str) -> None:
-    """SQLite cannot create a file in a directory that does not exist, and says
-    only "unable to open database file": say which path and which directory."""
+    """SQLite cannot create a file in a directory that does not exist, nor open
+    a directory, and says only "unable to open database file": say which path
+    and what is wrong with it."""
 
     @event.listens_for(engine, "do_connect")
     def _before_connecting(*_args: Any) -> None:
         directory = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(directory):
             raise DatabaseError(f"cannot open the SQLite archive {path}: there is no directory {directory}")
+        if os.path.isdir(path):
+            raise DatabaseError(f"cannot open the SQLite archive {path}: it is a directory")
 
 
 # Execution option that makes a SQLite transaction begin IMMEDIATE (see for_writing).

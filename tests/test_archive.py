@@ -588,6 +588,22 @@ def test_an_archive_on_a_sqlite_file_that_does_not_exist_does_not_create_it(tmp_
         assert archive.current_revision() == SCHEMA_REVISION
 
 
+def test_a_sqlite_archive_that_is_a_directory_names_it(tmp_path: Path) -> None:
+    # SQLite said only "unable to open database file".
+    named = f"cannot open the SQLite archive {tmp_path}: it is a directory"
+    with ChatArchive(f"sqlite:///{tmp_path}") as archive, pytest.raises(DatabaseError) as caught:
+        archive.upgrade()
+    assert str(caught.value) == named
+
+    async def through_asyncio() -> None:
+        async with AsyncChatArchive(f"sqlite+aiosqlite:///{tmp_path}") as aarchive:
+            await aarchive.upgrade()
+
+    with pytest.raises(DatabaseError) as caught:
+        asyncio.run(through_asyncio())
+    assert str(caught.value) == named
+
+
 def test_a_sqlite_archive_in_a_directory_that_does_not_exist_names_it(tmp_path: Path) -> None:
     # SQLite said only "unable to open database file".
     path = tmp_path / "no" / "such" / "archive.db"
