@@ -359,6 +359,10 @@ def test_chatgpt_round_trips_the_whole_tree(repo: ChatRepository) -> None:
     assert chatgpt.from_document(doc) == CHATGPT
     repo.save(doc)
     assert chatgpt.from_document(repo.get("conv-1")) == CHATGPT
+    # ChatGPT writes 'mapping' before 'current_node' and 'conversation_id'; export put it last.
+    mapping_first = {"mapping": CHATGPT["mapping"], **CHATGPT}
+    repo.save(chatgpt.to_document(mapping_first))
+    assert json.dumps(chatgpt.from_document(repo.get("conv-1"))) == json.dumps(mapping_first)
     assert [hit.message_uid for hit in repo.search("regenerated")] == []  # other branches are not messages
 
 
@@ -406,6 +410,39 @@ def test_chatgpt_chats_imported_without_their_tree_export_one_branch() -> None:
     assert [(m.role, m.content) for m in again.messages] == [(m.role, m.content) for m in doc.messages]
 
 
+def test_chatgpt_chats_imported_before_key_order_was_kept_export_the_same_conversation() -> None:
+    # What chatarchive kept before the order of keys: the original message without
+    # its metadata and its content without the text, the conversation without 'mapping'.
+    doc = chatgpt.to_document(CHATGPT)
+    own = (doc.model_extra or {})["chatgpt"]
+    conversation = {key: value for key, value in own["conversation"].items() if key != "mapping"}
+    messages = []
+    for message in doc.messages:
+        kept = (message.model_extra or {})["chatgpt"]
+        node = kept["original"]
+        original = dict(node["message"])
+        if kept["metadata"]:  # held by the message alone
+            del original["metadata"]
+        if "text_in" in kept:
+            content = original["content"]
+            original["content"] = {key: value for key, value in content.items() if key != kept["text_in"]}
+        messages.append(
+            {
+                **message.model_dump(mode="json"),
+                "chatgpt": {**kept, "original": {**node, "message": original}},
+            }
+        )
+    old = ChatDocument.parse(
+        {
+            **doc.model_dump(mode="json"),
+            "chatgpt": {**own, "conversation": conversation},
+            "messages": messages,
+        }
+    )
+    assert old != doc
+    assert chatgpt.from_document(old) == CHATGPT
+
+
 @settings(
     max_examples=60,
     deadline=None,
@@ -427,7 +464,9 @@ def test_chatgpt_conversations_round_trip(
     savepoint = session.begin_nested()
     try:
         make_repo().save(doc)
-        assert chatgpt.from_document(make_repo().get(doc.chat_id)) == conversation
+        exported = chatgpt.from_document(make_repo().get(doc.chat_id))
+        assert exported == conversation
+        assert json.dumps(exported) == json.dumps(conversation)  # every key in its place
     finally:
         savepoint.rollback()
 

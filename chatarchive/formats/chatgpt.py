@@ -12,12 +12,13 @@ Nothing else is dropped, so that export gives back the same conversation:
 
 - each message keeps, under ``chatgpt``, its node id, message id, content type,
   author name and metadata (for SQL), and ``original``: its node as it was,
-  without the text and metadata the message holds;
+  the text and metadata the message holds left empty in their places;
 - the chat keeps, under ``chatgpt``, ``conversation_id``, ``current_node``, the
   root node id, ``other_nodes`` (the parent of each node off the active path:
   regenerations and edits), ``nodes`` (the nodes that are not messages of the
   chat, whole: the other branches and the message-less root) and
-  ``conversation`` (the conversation's keys other than ``mapping``).
+  ``conversation`` (the conversation's keys, in their order, with ``mapping``
+  the list of its node ids: the nodes are kept as said above).
 
 Export rebuilds the tree from these. What the archive changed since import
 (a message's role, content or time, the title, the chat's times) is written as
@@ -89,7 +90,10 @@ def to_document(data: Any) -> ChatDocument:
                 if node_id not in on_path
             },
             "nodes": {node_id: node for node_id, node in mapping.items() if node_id not in carried},
-            "conversation": {key: value for key, value in data.items() if key != "mapping"},
+            # The nodes are in the messages and in 'nodes': 'mapping' keeps their order, and its place.
+            "conversation": {
+                key: list(mapping) if key == "mapping" else value for key, value in data.items()
+            },
         },
     }
     if isinstance(conversation_id, str) and conversation_id:
@@ -121,11 +125,11 @@ def _message(node_id: str, node: dict[str, Any]) -> dict[str, Any] | None:
         result["content"] = None
     else:
         assert isinstance(content, dict)
-        original["content"] = {key: value for key, value in content.items() if key != text_key}
+        original["content"] = {**content, text_key: None}  # the text is the message's; its place is kept
         kept["text_in"] = text_key
         result["content"] = _content(content[text_key])
     if isinstance(original.get("metadata"), dict) and original["metadata"]:
-        del original["metadata"]  # kept["metadata"] holds it
+        original["metadata"] = {}  # kept["metadata"] holds it; this keeps its place
     moment = time_of(message.get("create_time"), f"mapping[{node_id!r}].message.create_time")
     if moment is not None:
         result["created_at"] = moment
@@ -227,6 +231,12 @@ def from_document(doc: ChatDocument) -> Any:
     current = conversation.get("current_node")
     if previous is not None and not (last_is_original and type(current) is str and current in mapping):
         result["current_node"] = previous
+    order = conversation.get("mapping")
+    if isinstance(order, list):  # the nodes in their order; those the archive added after them
+        placed = {
+            node_id: mapping.pop(node_id) for node_id in order if type(node_id) is str and node_id in mapping
+        }
+        mapping = {**placed, **mapping}
     result["mapping"] = mapping
     return result
 
@@ -240,13 +250,17 @@ def _message_back(original: dict[str, Any], message: Message, kept: dict[str, An
     if _changed(original.get("create_time"), message.created_at):
         restored["create_time"] = _seconds(message.created_at)
     metadata = kept.get("metadata")
-    if "metadata" not in original and isinstance(metadata, dict) and metadata:
+    # The original holds {} in its place (imported by an earlier chatarchive: no metadata key at all).
+    if original.get("metadata", {}) == {} and isinstance(metadata, dict) and metadata:
         restored["metadata"] = metadata
     content = original.get("content")
     text_in = kept.get("text_in")
     if isinstance(content, dict) and text_in in ("parts", "text"):
         if text_in == "text" and isinstance(message.content, str):
             restored["content"] = {**content, "text": message.content}
+        elif text_in == "text":  # the archive made a code message's text into parts
+            others = {key: value for key, value in content.items() if key != "text"}
+            restored["content"] = {**others, "parts": _parts(message.content)}
         else:
             restored["content"] = {**content, "parts": _parts(message.content)}
     return restored
