@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager, nullcontext
 from datetime import datetime
 from functools import partial
@@ -36,6 +36,7 @@ from ._document import ChatDocument, ChatPage, Feedback, Limits, Message, check_
 from ._engine import create_async_engine, for_reading, for_writing, missing_archive
 from ._exceptions import (
     ChatArchiveError,
+    InvalidDocument,
     SchemaNotReady,
     database_errors,
     require_at_least_one,
@@ -49,6 +50,46 @@ from ._search import SearchHit, rebuild_search_index, search_index_of, set_searc
 __all__ = ["AsyncChatArchive", "AsyncChatRepository"]
 
 _T = TypeVar("_T")
+
+
+Docs = Iterable[ChatDocument | Mapping[str, Any]] | AsyncIterable[ChatDocument | Mapping[str, Any]]
+
+
+async def _save_from_async(
+    save: Callable[[list[ChatDocument | Mapping[str, Any]], OnError | None], Awaitable[int]],
+    docs: AsyncIterable[ChatDocument | Mapping[str, Any]],
+    batch_size: int,
+    *,
+    bulk: bool,
+    on_error: OnError | None,
+) -> int:
+    """``save_many`` of an async iterable (an async generator over a stream):
+    read ``batch_size`` documents at a time in the event loop and give each
+    list to ``save``, the ``save_many`` of iterables, with ``on_error`` told
+    the index of a document in the whole input. Memory stays one batch."""
+    check_save_many([], batch_size, bulk=bulk, on_error=on_error)
+    if bulk:
+        raise InvalidDocument(
+            "a bulk load takes an iterable, read in its one transaction, not an async iterable",
+            field="docs",
+        )
+    saved = offset = 0
+    chunk: list[ChatDocument | Mapping[str, Any]] = []
+
+    async def flush() -> int:
+        base = offset
+        report = None if on_error is None else (lambda index, error: on_error(base + index, error))
+        return await save(chunk, report)
+
+    async for doc in docs:
+        chunk.append(doc)
+        if len(chunk) == batch_size:
+            saved += await flush()
+            offset += len(chunk)
+            chunk = []
+    if chunk:
+        saved += await flush()
+    return saved
 
 
 class AsyncChatRepository:
@@ -93,12 +134,19 @@ class AsyncChatRepository:
 
     async def save_many(
         self,
-        docs: Iterable[ChatDocument | Mapping[str, Any]],
+        docs: Docs,
         *,
         batch_size: int = 250,
         bulk: bool = False,
         on_error: OnError | None = None,
     ) -> int:
+        """See :meth:`ChatRepository.save_many`; ``docs`` may also be an async iterable."""
+        if isinstance(docs, AsyncIterable):
+
+            def save(chunk: list[ChatDocument | Mapping[str, Any]], report: OnError | None) -> Awaitable[int]:
+                return self.save_many(chunk, batch_size=batch_size, on_error=report)
+
+            return await _save_from_async(save, docs, batch_size, bulk=bulk, on_error=on_error)
         return await self._run(
             lambda repo: repo.save_many(docs, batch_size=batch_size, bulk=bulk, on_error=on_error)
         )
@@ -378,7 +426,7 @@ class AsyncChatArchive:
 
     async def save_many(
         self,
-        docs: Iterable[ChatDocument | Mapping[str, Any]],
+        docs: Docs,
         *,
         batch_size: int = 250,
         bulk: bool = False,
@@ -387,7 +435,15 @@ class AsyncChatArchive:
     ) -> int:
         """Each batch in its own transaction (``bulk``: all in one); see :meth:`ChatArchive.save_many`.
         With ``writers``, each batch's share of every writer is written concurrently, and the
-        next batch starts when they are all done."""
+        next batch starts when they are all done. ``docs`` may also be an async iterable (not
+        with ``bulk``): it is read a batch at a time, each batch written before the next is read."""
+        if isinstance(docs, AsyncIterable):
+            check_writers(writers, bulk=bulk)
+
+            def save(chunk: list[ChatDocument | Mapping[str, Any]], report: OnError | None) -> Awaitable[int]:
+                return self.save_many(chunk, batch_size=batch_size, on_error=report, writers=writers)
+
+            return await _save_from_async(save, docs, batch_size, bulk=bulk, on_error=on_error)
         check_save_many(docs, batch_size, bulk=bulk, on_error=on_error)
         check_writers(writers, bulk=bulk)
         if bulk:

@@ -367,6 +367,56 @@ def test_parallel_writers_through_asyncio(
         runner.run(async_archive.save_many([], bulk=True, writers=2))
 
 
+def test_the_asyncio_api_saves_from_an_async_iterable(
+    archive: ChatArchive, engine: Engine, async_engine: AsyncEngine, runner: asyncio.Runner
+) -> None:
+    """An async generator (over a network stream, say) is read a batch at a
+    time, as save_many reads an iterable; errors are named by their index in
+    the whole input. It was refused: 'docs must be a list ..., not async_generator'."""
+    docs: list[Any] = list(generate_chats(11, 3))
+    docs.insert(7, {"chat_id": "bad", "messages": [{"content": "no role"}]})
+    read: list[int] = []
+
+    async def stream() -> Any:
+        for number, doc in enumerate(docs):
+            read.append(number)
+            await asyncio.sleep(0)
+            yield doc
+
+    async_archive = AsyncChatArchive(engine=async_engine)
+    errors: list[int] = []
+    saved = runner.run(
+        async_archive.save_many(
+            stream(), batch_size=3, writers=2, on_error=lambda index, _: errors.append(index)
+        )
+    )
+    assert (saved, errors, len(read)) == (11, [7], 12)
+    assert [doc.chat_id for doc in archive.export()] == sorted(
+        doc["chat_id"] for doc in docs if doc["chat_id"] != "bad"
+    )
+    with engine.begin() as connection:
+        connection.execute(text("DELETE FROM chats"))
+    read.clear()
+    with pytest.raises(InvalidDocument, match="bad"):  # strict: the batches before it are kept
+        runner.run(async_archive.save_many(stream(), batch_size=3))
+    assert archive.count_chats() == 6
+    assert len(read) == 9  # read no further than the bad document's batch
+
+    async def in_a_transaction() -> int:
+        async with async_archive.transaction() as repo:
+            return await repo.save_many(
+                stream(), batch_size=5, on_error=lambda index, _: errors.append(index)
+            )
+
+    errors.clear()
+    assert runner.run(in_a_transaction()) == 11
+    assert errors == [7]
+    with pytest.raises(InvalidDocument, match="bulk load takes an iterable"):
+        runner.run(async_archive.save_many(stream(), bulk=True))
+    with pytest.raises(InvalidDocument, match="batch_size"):
+        runner.run(async_archive.save_many(stream(), batch_size=0))
+
+
 @pytest.mark.parametrize("writers", [1, 3])
 def test_a_failed_save_many_stops_its_threads_before_it_returns(
     archive: ChatArchive, monkeypatch: pytest.MonkeyPatch, writers: int
