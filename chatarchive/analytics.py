@@ -328,6 +328,8 @@ def _dialect(source: Source) -> str:
     if isinstance(source, Connection):
         return source.dialect.name
     wrong = f"source must be a ChatArchive, a Session or a Connection, not {type(source).__name__}"
+    if type(source).__name__.startswith("Async"):
+        wrong += " (from asyncio: async with archive.engine.connect() as c: await c.run_sync(function))"
     raise InvalidDocument(wrong, field="source")
 
 

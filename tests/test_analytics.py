@@ -7,12 +7,14 @@ import re
 import sqlite3
 from contextlib import closing
 from datetime import UTC, date, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from sqlalchemy import make_url, text
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
 
 from chatarchive import (
@@ -268,6 +270,23 @@ def test_analytics_take_the_archive_itself(archive: ChatArchive) -> None:
             with pytest.raises(InvalidDocument, match="source must be a ChatArchive, a Session") as caught:
                 function(wrong)  # type: ignore[arg-type]
             assert caught.value.field == "source"
+
+
+def test_analytics_run_from_asyncio_on_a_connection(
+    archive: ChatArchive, async_engine: AsyncEngine, runner: asyncio.Runner
+) -> None:
+    archive.save_many(CHATS)
+    async_archive = AsyncChatArchive(engine=async_engine)
+    with pytest.raises(InvalidDocument, match=r"not AsyncChatArchive \(from asyncio: .*run_sync"):
+        analytics.tool_usage(async_archive)  # type: ignore[arg-type]
+
+    async def tools() -> list[analytics.ToolUsage]:
+        async with async_archive.engine.connect() as connection:
+            return await connection.run_sync(
+                partial(analytics.tool_usage, since=datetime(2000, 1, 1, tzinfo=UTC))
+            )
+
+    assert runner.run(tools()) == analytics.tool_usage(archive)
 
 
 def test_analytics_give_and_take_text_with_nul_as_it_is(archive: ChatArchive) -> None:
