@@ -542,8 +542,7 @@ def test_an_unusable_lock_timeout_is_refused(archive: ChatArchive, seconds: obje
         archive.upgrade(lock_timeout=seconds)  # type: ignore[arg-type]
     assert raised.value.field == "lock_timeout"
     if not isinstance(seconds, (str, bool)):
-        result = CliRunner().invoke(
-            main, ["--db", "sqlite://", "db", "upgrade", "--lock-timeout", str(seconds)]
-        )
+        url = archive.url.render_as_string(hide_password=False)
+        result = CliRunner().invoke(main, ["--db", url, "db", "upgrade", "--lock-timeout", str(seconds)])
         assert result.exit_code in (1, 2), result.output  # NaN passes click's range, not chatarchive's
         assert "lock" in result.output.replace("-", "_")
