@@ -176,12 +176,14 @@ class _State:
     def archive(self) -> ChatArchive:
         if self._archive is None:
             archive = ChatArchive(self.url)
-            if in_memory(archive.url) and click.get_current_context().command is not quickstart:
-                # Each command is a process of its own: what one wrote, the next would not see.
+            command = click.get_current_context()
+            # Each command is a process of its own: what one wrote, the next would not see.
+            # 'quickstart' does all its work in one; '--sql' only prints a migration.
+            if in_memory(archive.url) and command.command is not quickstart and not command.params.get("sql"):
                 archive.close()
                 _fail(
                     f"{shown_url(archive.url)} is an in-memory database, which lasts one command: "
-                    f"name a file, such as {DEFAULT_URL} ('quickstart' alone runs in memory)"
+                    f"name a file, such as {DEFAULT_URL} ('quickstart' and 'db upgrade --sql' run in memory)"
                 )
             self._archive = archive
         return self._archive

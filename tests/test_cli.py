@@ -497,6 +497,9 @@ def test_an_in_memory_database_runs_only_the_quickstart(url: str) -> None:
     result = CliRunner().invoke(main, ["--db", url, "quickstart"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "seed-tool-calling" in result.output
+    result = CliRunner().invoke(main, ["--db", url, "db", "upgrade", "--sql"])  # SQLite's schema, printed
+    assert result.exit_code == 0, result.output
+    assert "CREATE TABLE chats" in result.output
 
 
 def test_bulk_import(run: Run, tmp_path: Path) -> None:
