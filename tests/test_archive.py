@@ -588,26 +588,8 @@ def test_an_archive_on_a_sqlite_file_that_does_not_exist_does_not_create_it(tmp_
         assert archive.current_revision() == SCHEMA_REVISION
 
 
-def test_a_sqlite_archive_that_is_a_directory_names_it(tmp_path: Path) -> None:
-    # SQLite said only "unable to open database file".
-    named = f"cannot open the SQLite archive {tmp_path}: it is a directory"
-    with ChatArchive(f"sqlite:///{tmp_path}") as archive, pytest.raises(DatabaseError) as caught:
-        archive.upgrade()
-    assert str(caught.value) == named
-
-    async def through_asyncio() -> None:
-        async with AsyncChatArchive(f"sqlite+aiosqlite:///{tmp_path}") as aarchive:
-            await aarchive.upgrade()
-
-    with pytest.raises(DatabaseError) as caught:
-        asyncio.run(through_asyncio())
-    assert str(caught.value) == named
-
-
-def test_a_sqlite_archive_in_a_directory_that_does_not_exist_names_it(tmp_path: Path) -> None:
-    # SQLite said only "unable to open database file".
-    path = tmp_path / "no" / "such" / "archive.db"
-    named = f"cannot open the SQLite archive {path}: there is no directory {path.parent}"
+def _upgrade_fails_on_both_apis(path: Path, named: str) -> None:
+    """Upgrading a SQLite archive at ``path`` raises DatabaseError(``named``), sync and asyncio."""
     with ChatArchive(f"sqlite:///{path}") as archive, pytest.raises(DatabaseError) as caught:
         archive.upgrade()
     assert str(caught.value) == named
@@ -619,6 +601,19 @@ def test_a_sqlite_archive_in_a_directory_that_does_not_exist_names_it(tmp_path: 
     with pytest.raises(DatabaseError) as caught:
         asyncio.run(through_asyncio())
     assert str(caught.value) == named
+
+
+def test_a_sqlite_archive_that_is_a_directory_names_it(tmp_path: Path) -> None:
+    # SQLite said only "unable to open database file".
+    _upgrade_fails_on_both_apis(tmp_path, f"cannot open the SQLite archive {tmp_path}: it is a directory")
+
+
+def test_a_sqlite_archive_in_a_directory_that_does_not_exist_names_it(tmp_path: Path) -> None:
+    # SQLite said only "unable to open database file".
+    path = tmp_path / "no" / "such" / "archive.db"
+    _upgrade_fails_on_both_apis(
+        path, f"cannot open the SQLite archive {path}: there is no directory {path.parent}"
+    )
     path.parent.mkdir(parents=True)
     with ChatArchive(f"sqlite:///{path}") as archive:
         archive.upgrade()
