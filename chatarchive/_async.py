@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from concurrent.futures import CancelledError, Future
 from contextlib import asynccontextmanager, nullcontext
 from datetime import datetime
 from functools import partial
@@ -36,7 +37,6 @@ from ._document import ChatDocument, ChatPage, Feedback, Limits, Message, check_
 from ._engine import create_async_engine, for_reading, for_writing, missing_archive
 from ._exceptions import (
     ChatArchiveError,
-    InvalidDocument,
     SchemaNotReady,
     database_errors,
     require_at_least_one,
@@ -55,41 +55,77 @@ _T = TypeVar("_T")
 Docs = Iterable[ChatDocument | Mapping[str, Any]] | AsyncIterable[ChatDocument | Mapping[str, Any]]
 
 
-async def _save_from_async(
-    save: Callable[[list[ChatDocument | Mapping[str, Any]], OnError | None], Awaitable[int]],
-    docs: AsyncIterable[ChatDocument | Mapping[str, Any]],
-    batch_size: int,
-    *,
-    bulk: bool,
-    on_error: OnError | None,
-) -> int:
-    """``save_many`` of an async iterable (an async generator over a stream):
-    read ``batch_size`` documents at a time in the event loop and give each
-    list to ``save``, the ``save_many`` of iterables, with ``on_error`` told
-    the index of a document in the whole input. Memory stays one batch."""
-    check_save_many([], batch_size, bulk=bulk, on_error=on_error)
-    if bulk:
-        raise InvalidDocument(
-            "a bulk load takes an iterable, read in its one transaction, not an async iterable",
-            field="docs",
-        )
-    saved = offset = 0
-    chunk: list[ChatDocument | Mapping[str, Any]] = []
+_Doc = ChatDocument | Mapping[str, Any]
 
-    async def flush() -> int:
-        base = offset
-        report = None if on_error is None else (lambda index, error: on_error(base + index, error))
-        return await save(chunk, report)
 
-    async for doc in docs:
-        chunk.append(doc)
-        if len(chunk) == batch_size:
-            saved += await flush()
-            offset += len(chunk)
-            chunk = []
-    if chunk:
-        saved += await flush()
-    return saved
+class _AsyncInput:
+    """An async iterable read by save_many's preparing thread: each item is
+    awaited on the event loop that runs save_many, while the thread waits for
+    it, so batches are prepared ahead of the writes as from an iterable.
+    :meth:`close` cancels the item being awaited, if any (save_many stopped
+    early, and the next item of an idle stream may be long to come)."""
+
+    def __init__(self, docs: AsyncIterable[_Doc], loop: asyncio.AbstractEventLoop) -> None:
+        self._iterator = aiter(docs)
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._waiting: Future[list[_Doc]] | None = None
+        self._closed = False
+
+    def __iter__(self) -> Iterator[_Doc]:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                self._waiting = waiting = asyncio.run_coroutine_threadsafe(self._next(), self._loop)
+            try:
+                item = waiting.result()
+            except CancelledError:
+                return
+            if not item:
+                return
+            yield item[0]
+
+    async def _next(self) -> list[_Doc]:
+        """The next item alone in a list; none at the end."""
+        try:
+            return [await anext(self._iterator)]
+        except StopAsyncIteration:
+            return []
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._waiting is not None:
+                self._waiting.cancel()
+
+
+def _input(docs: Docs, batch_size: int, *, bulk: bool, on_error: OnError | None) -> Iterable[_Doc]:
+    """save_many's arguments checked, and an async iterable made readable from
+    the preparing thread."""
+    if isinstance(docs, AsyncIterable):
+        check_save_many([], batch_size, bulk=bulk, on_error=on_error)
+        return _AsyncInput(docs, asyncio.get_running_loop())
+    check_save_many(docs, batch_size, bulk=bulk, on_error=on_error)
+    return docs
+
+
+@asynccontextmanager
+async def _preparing(
+    docs: Iterable[_Doc], batch_size: int, *, on_error: OnError | None, limits: Limits | None
+) -> AsyncIterator[Callable[[], Awaitable[PreparedBatch | None]]]:
+    """save_many's batches, prepared in a thread: yields the call that awaits
+    the next one (None after the last) without blocking the event loop."""
+    abandoned = threading.Event()
+    batches = prepared_batches(
+        docs, batch_size, stop_at_error=on_error is None, limits=limits, abandoned=abandoned
+    )
+    try:
+        yield partial(_next_batch, batches, abandoned)
+    finally:
+        if isinstance(docs, _AsyncInput):
+            docs.close()
+        await asyncio.to_thread(batches.close)
 
 
 class AsyncChatRepository:
@@ -119,13 +155,18 @@ class AsyncChatRepository:
         self._ended = True
 
     async def _run(self, call: Callable[[ChatRepository], _T]) -> _T:
-        def in_sync_session(session: Session) -> _T:
-            return call(ChatRepository(session, **self._options))
-
         async with self._turn:
             if self._ended:
                 raise ChatArchiveError(ENDED)
-            return await self._session.run_sync(in_sync_session)
+            return await self._step(call)
+
+    async def _step(self, call: Callable[[ChatRepository], _T]) -> _T:
+        """``call`` on a ChatRepository over this session; the caller holds the turn."""
+
+        def in_sync_session(session: Session) -> _T:
+            return call(ChatRepository(session, **self._options))
+
+        return await self._session.run_sync(in_sync_session)
 
     async def save(
         self, doc: ChatDocument | Mapping[str, Any], *, expected_version: int | None = None
@@ -140,16 +181,35 @@ class AsyncChatRepository:
         bulk: bool = False,
         on_error: OnError | None = None,
     ) -> int:
-        """See :meth:`ChatRepository.save_many`; ``docs`` may also be an async iterable."""
-        if isinstance(docs, AsyncIterable):
+        """See :meth:`ChatRepository.save_many`; ``docs`` may also be an async
+        iterable. Batches are prepared in a thread, each written in a call of its
+        own: the event loop is never blocked waiting for the next."""
+        source = _input(docs, batch_size, bulk=bulk, on_error=on_error)
+        return await self._save_many(source, batch_size, bulk=bulk, on_error=on_error)
 
-            def save(chunk: list[ChatDocument | Mapping[str, Any]], report: OnError | None) -> Awaitable[int]:
-                return self.save_many(chunk, batch_size=batch_size, on_error=report)
-
-            return await _save_from_async(save, docs, batch_size, bulk=bulk, on_error=on_error)
-        return await self._run(
-            lambda repo: repo.save_many(docs, batch_size=batch_size, bulk=bulk, on_error=on_error)
-        )
+    async def _save_many(
+        self, docs: Iterable[_Doc], batch_size: int, *, bulk: bool, on_error: OnError | None
+    ) -> int:
+        """ChatRepository.save_many in its three steps (see ``_begin_many``),
+        with the repository's turn held throughout."""
+        async with self._turn:
+            if self._ended:
+                raise ChatArchiveError(ENDED)
+            opened = await self._step(lambda repo: repo._begin_many(bulk=bulk))
+            saved = 0
+            try:
+                async with _preparing(
+                    docs, batch_size, on_error=on_error, limits=self._options["limits"]
+                ) as next_batch:
+                    while (batch := await next_batch()) is not None:
+                        saved += await self._step(
+                            partial(ChatRepository._save_prepared, batch=batch, on_error=on_error)
+                        )
+                await self._step(lambda repo: repo._end_many(opened))
+            except BaseException:
+                await self._step(lambda repo: repo._abandon_many(opened))
+                raise
+            return saved
 
     async def get(self, chat_id: str) -> ChatDocument:
         return await self._run(lambda repo: repo.get(chat_id))
@@ -435,30 +495,19 @@ class AsyncChatArchive:
     ) -> int:
         """Each batch in its own transaction (``bulk``: all in one); see :meth:`ChatArchive.save_many`.
         With ``writers``, each batch's share of every writer is written concurrently, and the
-        next batch starts when they are all done. ``docs`` may also be an async iterable (not
-        with ``bulk``): it is read a batch at a time, each batch written before the next is read."""
-        if isinstance(docs, AsyncIterable):
-            check_writers(writers, bulk=bulk)
-
-            def save(chunk: list[ChatDocument | Mapping[str, Any]], report: OnError | None) -> Awaitable[int]:
-                return self.save_many(chunk, batch_size=batch_size, on_error=report, writers=writers)
-
-            return await _save_from_async(save, docs, batch_size, bulk=bulk, on_error=on_error)
-        check_save_many(docs, batch_size, bulk=bulk, on_error=on_error)
+        next batch starts when they are all done. ``docs`` may also be an async iterable (an
+        async generator over a stream), ``bulk`` or not. Batches are prepared in a thread,
+        ahead of the writes, and waited for without blocking the event loop."""
+        source = _input(docs, batch_size, bulk=bulk, on_error=on_error)
         check_writers(writers, bulk=bulk)
         if bulk:
-            return await self._call(
-                lambda repo: repo.save_many(docs, batch_size=batch_size, bulk=True, on_error=on_error)
-            )
+            async with self._session(savepoints=False) as repository:
+                return await repository._save_many(source, batch_size, bulk=True, on_error=on_error)
         if not self._postgres:
             writers = 1  # one writer at a time
         saved = 0
-        abandoned = threading.Event()
-        batches = prepared_batches(
-            docs, batch_size, stop_at_error=on_error is None, limits=self._limits, abandoned=abandoned
-        )
-        try:
-            while (batch := await _next_batch(batches, abandoned)) is not None:
+        async with _preparing(source, batch_size, on_error=on_error, limits=self._limits) as next_batch:
+            while (batch := await next_batch()) is not None:
                 if writers == 1:
                     saved += await self._save_prepared(batch, on_error)
                     continue
@@ -471,8 +520,6 @@ class AsyncChatArchive:
                     if isinstance(result, BaseException):
                         raise result
                     saved += result
-        finally:
-            await asyncio.to_thread(batches.close)
         return saved
 
     async def _save_prepared(self, batch: PreparedBatch, on_error: OnError | None) -> int:

@@ -9,6 +9,7 @@ import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager, nullcontext
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any, NoReturn, TypedDict, Unpack
@@ -32,7 +33,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, SessionTransaction
 from sqlalchemy.sql.elements import TextClause
 
 from ._document import (
@@ -144,6 +145,17 @@ _SECONDARY_INDEXES = text(
     "AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = x.indexrelid) "
     "AND i.relam <> (SELECT oid FROM pg_am WHERE amname = 'gin') ORDER BY i.relname"
 )
+
+
+@dataclass
+class _OpenedMany:
+    """What :meth:`ChatRepository._begin_many` opened, for its end or its abandon."""
+
+    savepoint: SessionTransaction | None
+    bulk: SessionTransaction | None = None
+    foreign_keys: list[tuple[str, str, str]] = field(default_factory=list)
+    indexes: list[tuple[str, str, str]] = field(default_factory=list)
+
 
 #: A user no chat can belong to: what a user's archive reads for another user.
 NOBODY = "\x00nobody"
@@ -298,10 +310,70 @@ class ChatRepository:
         check_save_many(docs, batch_size, bulk=bulk, on_error=on_error)
         saved = 0
         batches = prepared_batches(docs, batch_size, stop_at_error=on_error is None, limits=self._limits)
-        with closing(batches), self._write(), self._bulk_load() if bulk else nullcontext():
-            for batch in batches:
-                saved += self._save_prepared(batch, on_error)
+        with closing(batches), self._turn:
+            opened = self._begin_many(bulk=bulk)
+            try:
+                for batch in batches:
+                    saved += self._save_prepared(batch, on_error)
+                self._end_many(opened)
+            except BaseException:
+                self._abandon_many(opened)
+                raise
         return saved
+
+    # save_many in three steps, so that AsyncChatRepository can run each batch
+    # in a call of its own and wait for the next one off the event loop.
+
+    def _begin_many(self, *, bulk: bool) -> _OpenedMany:
+        """What save_many opens before its first batch: its savepoint (with
+        ``savepoints``) and, for a bulk load on PostgreSQL, PostgreSQL's recipe:
+        a savepoint of its own, the tables locked, the foreign keys and
+        secondary B-tree indexes dropped. Their definitions are read from the
+        catalog, so indexes created in SQL and any an operator added are
+        rebuilt as they were."""
+        with database_errors():
+            self._start()
+            opened = _OpenedMany(self._session.begin_nested() if self._savepoints else None)
+            if not bulk or self._session.get_bind().dialect.name != "postgresql":
+                return opened
+            try:
+                opened.bulk = self._session.begin_nested()
+                names = [table.name for table in metadata.sorted_tables]
+                self._execute(text(f"LOCK TABLE {', '.join(names)} IN ACCESS EXCLUSIVE MODE"))
+                tables = {"tables": names}
+                opened.foreign_keys = [(a, b, c) for a, b, c in self._session.execute(_FOREIGN_KEYS, tables)]
+                opened.indexes = [(a, b, c) for a, b, c in self._session.execute(_SECONDARY_INDEXES, tables)]
+                for table_name, name, _ in opened.foreign_keys:
+                    self._execute(text(f'ALTER TABLE {table_name} DROP CONSTRAINT "{name}"'))
+                for _, name, _ in opened.indexes:
+                    self._execute(text(f'DROP INDEX "{name}"'))
+            except BaseException:
+                self._abandon_many(opened)
+                raise
+            return opened
+
+    def _end_many(self, opened: _OpenedMany) -> None:
+        """After the last batch: a bulk load's indexes and foreign keys
+        re-created (PostgreSQL checks every row in one pass), the savepoints
+        released."""
+        with database_errors():
+            if opened.bulk is not None:
+                for _, _, definition in opened.indexes:
+                    self._execute(text(definition))
+                for table_name, name, definition in opened.foreign_keys:
+                    self._execute(text(f'ALTER TABLE {table_name} ADD CONSTRAINT "{name}" {definition}'))
+                opened.bulk.commit()
+            if opened.savepoint is not None:
+                opened.savepoint.commit()
+
+    def _abandon_many(self, opened: _OpenedMany) -> None:
+        """After a failure: back to where save_many began (with
+        ``savepoints``), or at least to before the bulk load, with the
+        constraints it dropped in place again."""
+        with database_errors():
+            for savepoint in (opened.bulk, opened.savepoint):
+                if savepoint is not None and savepoint.is_active:
+                    savepoint.rollback()
 
     def _save_prepared(self, batch: PreparedBatch, on_error: OnError | None) -> int:
         """Write one prepared batch (used by ChatArchive.save_many as well)."""
@@ -365,33 +437,6 @@ class ChatRepository:
         writer.write(content_parts, [p for r in rows for p in r.parts])
         writer.write(tool_calls, [c for r in rows for c in r.tool_calls])
         writer.write(feedback, [f for r in rows for f in r.feedback])
-
-    @contextmanager
-    def _bulk_load(self) -> Iterator[None]:
-        """PostgreSQL's recipe for a bulk load: drop the foreign keys and secondary
-        B-tree indexes, load, re-create them (checking every row in one pass). All
-        of it in a savepoint, so a failure leaves the constraints as they were.
-
-        The definitions are read from the catalog, so indexes created in SQL and
-        any an operator added are rebuilt as they were."""
-        if self._session.get_bind().dialect.name != "postgresql":
-            yield
-            return
-        names = [table.name for table in metadata.sorted_tables]
-        with self._session.begin_nested():
-            self._execute(text(f"LOCK TABLE {', '.join(names)} IN ACCESS EXCLUSIVE MODE"))
-            tables = {"tables": names}
-            foreign_keys = self._session.execute(_FOREIGN_KEYS, tables).all()
-            indexes = self._session.execute(_SECONDARY_INDEXES, tables).all()
-            for table_name, name, _ in foreign_keys:
-                self._execute(text(f'ALTER TABLE {table_name} DROP CONSTRAINT "{name}"'))
-            for _, name, _ in indexes:
-                self._execute(text(f'DROP INDEX "{name}"'))
-            yield
-            for _, _, definition in indexes:
-                self._execute(text(definition))
-            for table_name, name, definition in foreign_keys:
-                self._execute(text(f'ALTER TABLE {table_name} ADD CONSTRAINT "{name}" {definition}'))
 
     def append(
         self,

@@ -194,6 +194,25 @@ def test_a_bulk_load_violation_rolls_everything_back(
     assert _constraints(engine) == constraints
 
 
+def test_a_failed_bulk_load_leaves_the_callers_transaction_usable(
+    engine: Engine, repo: ChatRepository, session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a repository's transaction, a bulk load that fails when its foreign
+    keys are re-created is rolled back to where it began: the dropped
+    constraints are back and the transaction goes on (the asyncio repository
+    runs the load in steps, each batch in a call of its own)."""
+    repo.save_many(generate_chats(2, 3, seed=1))
+    before = counts(session)
+    constraints = _constraints(engine)
+    refuse_in_database(monkeypatch, "chat-00000004")
+    with pytest.raises(ChatArchiveError):
+        repo.save_many(generate_chats(6, 3, seed=2), batch_size=2, bulk=True)
+    assert counts(session) == before
+    assert in_sync_session(session, lambda sync: _constraints(sync.connection())) == constraints
+    repo.save({"chat_id": "after", "messages": []})
+    assert counts(session)["chats"] == before["chats"] + 1
+
+
 def test_the_bulk_load_keeps_the_full_text_indexes_in_place(pg_archive: tuple[ChatArchive, str]) -> None:
     # Rebuilding them would re-tokenize every message already stored, for no gain on the new ones.
     archive, _ = pg_archive
@@ -400,7 +419,7 @@ def test_the_asyncio_api_saves_from_an_async_iterable(
     with pytest.raises(InvalidDocument, match="bad"):  # strict: the batches before it are kept
         runner.run(async_archive.save_many(stream(), batch_size=3))
     assert archive.count_chats() == 6
-    assert len(read) == 9  # read no further than the bad document's batch
+    assert len(read) == 8  # read no further than the bad document, as from an iterable
 
     async def in_a_transaction() -> int:
         async with async_archive.transaction() as repo:
@@ -411,10 +430,108 @@ def test_the_asyncio_api_saves_from_an_async_iterable(
     errors.clear()
     assert runner.run(in_a_transaction()) == 11
     assert errors == [7]
-    with pytest.raises(InvalidDocument, match="bulk load takes an iterable"):
-        runner.run(async_archive.save_many(stream(), bulk=True))
     with pytest.raises(InvalidDocument, match="batch_size"):
         runner.run(async_archive.save_many(stream(), batch_size=0))
+
+
+def test_a_bulk_load_through_asyncio_reads_an_async_iterable(
+    archive: ChatArchive, engine: Engine, async_engine: AsyncEngine, runner: asyncio.Runner
+) -> None:
+    """bulk=True takes an async generator too: the same rows as save_many, and a
+    bad document (strict) rolls the whole load back. It was refused ("a bulk
+    load takes an iterable ..., not an async iterable")."""
+    docs: list[Any] = list(generate_chats(12, 3, seed=5))
+
+    async def stream(items: list[Any]) -> Any:
+        for doc in items:
+            await asyncio.sleep(0)
+            yield doc
+
+    async_archive = AsyncChatArchive(engine=async_engine)
+    constraints = _constraints(engine)
+    with Session(engine) as session:
+        assert runner.run(async_archive.save_many(stream(docs), batch_size=5)) == 12
+        expected = stored_rows(session)
+    with engine.begin() as connection:
+        connection.execute(text("DELETE FROM chats"))
+    assert runner.run(async_archive.save_many(stream(docs), batch_size=5, bulk=True)) == 12
+    with Session(engine) as session:
+        assert stored_rows(session) == expected
+    bad = [*docs[:7], {"chat_id": "bad", "messages": [{"content": "no role"}]}]
+    with pytest.raises(InvalidDocument, match="bad"):
+        runner.run(async_archive.save_many(stream([{**doc, "title": "new"} for doc in bad]), bulk=True))
+    with Session(engine) as session:
+        assert stored_rows(session) == expected  # all or nothing
+    assert _constraints(engine) == constraints
+
+
+def test_a_cancelled_save_many_stops_waiting_for_an_idle_async_stream(
+    archive: ChatArchive, async_engine: AsyncEngine, runner: asyncio.Runner
+) -> None:
+    """A timeout around save_many of a stream that has nothing more for now
+    cancels the item being awaited: the stream sees the cancellation and the
+    reading thread ends, rather than wait for an item that may never come."""
+    cancelled = []
+
+    async def idle_after_five() -> Any:
+        for doc in generate_chats(5, 2):
+            yield doc
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+        yield {}  # never reached
+
+    async_archive = AsyncChatArchive(engine=async_engine)
+    for bulk in (False, True):
+        cancelled.clear()
+        with pytest.raises(TimeoutError):
+            runner.run(asyncio.wait_for(async_archive.save_many(idle_after_five(), bulk=bulk), timeout=1))
+        assert cancelled == [True]
+        for thread in threading.enumerate():
+            if thread.name.startswith("chatarchive-"):
+                thread.join(timeout=10)
+        assert [t.name for t in threading.enumerate() if t.name.startswith("chatarchive-")] == []
+    assert archive.count_chats() == 0  # a batch of 250 never filled; the bulk load rolled back
+
+
+def test_asyncio_save_many_waits_for_batches_without_blocking_the_event_loop(
+    archive: ChatArchive, async_engine: AsyncEngine, runner: asyncio.Runner
+) -> None:
+    """An input that needs the event loop to make progress (here, a thread fed
+    by a task on the loop) does not stall a save_many waiting for its next
+    batch: not in a bulk load, nor in a transaction's repository. Both waited
+    on the loop's own thread before, and this input then never came."""
+    async_archive = AsyncChatArchive(engine=async_engine)
+
+    def fed_by_the_loop(given: threading.Event) -> Iterator[dict[str, Any]]:
+        yield from generate_chats(3, 2, seed=7)
+        if not given.wait(timeout=20):
+            raise AssertionError("the event loop was blocked")
+        for doc in generate_chats(2, 2, seed=8):
+            yield {**doc, "chat_id": f"later-{doc['chat_id']}"}
+
+    async def save(bulk: bool, in_transaction: bool) -> int:
+        given = threading.Event()
+
+        async def give() -> None:
+            await asyncio.sleep(0.05)
+            given.set()
+
+        feeder = asyncio.create_task(give())
+        if in_transaction:
+            async with async_archive.transaction() as repo:
+                saved = await repo.save_many(fed_by_the_loop(given), batch_size=2, bulk=bulk)
+        else:
+            saved = await async_archive.save_many(fed_by_the_loop(given), batch_size=2, bulk=bulk)
+        await feeder
+        return saved
+
+    for bulk in (False, True):
+        for in_transaction in (False, True):
+            assert runner.run(save(bulk, in_transaction)) == 5
+    assert archive.count_chats() == 5
 
 
 @pytest.mark.parametrize("writers", [1, 3])
