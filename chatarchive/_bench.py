@@ -68,6 +68,10 @@ class BenchReport:
             ),
             "save_many / JSONB row per message": self.ratio("ingest_save_many", "ingest_jsonb_per_message"),
             "save_many, 2 writers / 1 writer": self.ratio("ingest_save_many_2_writers", "ingest_save_many"),
+            "save_many, asyncio / sync": self.ratio("ingest_save_many_asyncio", "ingest_save_many"),
+            "save_many, asyncio / sync, no search index": self.ratio(
+                "ingest_save_many_asyncio_no_search_index", "ingest_save_many_no_search_index"
+            ),
             "save_many, 2 writers / JSONB row per message": self.ratio(
                 "ingest_save_many_2_writers", "ingest_jsonb_per_message"
             ),
@@ -256,6 +260,7 @@ class _Bench:
         ways: dict[str, Callable[[], float]] = {
             "ingest_save_many": self._time_save_many,
             "ingest_bulk": self._time_bulk,
+            "ingest_save_many_asyncio": self._time_async_save_many,
         }
         if self.postgres:
             rows = self._rows()
@@ -275,6 +280,9 @@ class _Bench:
                     lambda: self._time_save_many(writers=2)
                 ),
                 "ingest_bulk_no_search_index": lambda: self._without_search_index(self._time_bulk),
+                "ingest_save_many_asyncio_no_search_index": lambda: self._without_search_index(
+                    self._time_async_save_many
+                ),
                 # Loading before searching: the load, then building the index.
                 "ingest_2_writers_then_search_index": lambda: self._without_search_index(
                     lambda: self._time_save_many(writers=2), then_index=True
@@ -319,6 +327,21 @@ class _Bench:
         start = time.perf_counter()
         self.archive.save_many(self.docs, writers=writers)
         return time.perf_counter() - start
+
+    def _time_async_save_many(self) -> float:
+        """save_many through the asyncio API (AsyncChatArchive), in a new event loop."""
+        import asyncio
+
+        from ._async import AsyncChatArchive
+
+        async def load() -> float:
+            async with AsyncChatArchive(self.engine.url) as archive:
+                start = time.perf_counter()
+                await archive.save_many(self.docs)
+                return time.perf_counter() - start
+
+        self._truncate()
+        return asyncio.run(load())
 
     def _time_bulk(self) -> float:
         self._truncate()

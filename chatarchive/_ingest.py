@@ -21,7 +21,9 @@ from operator import itemgetter
 from queue import Empty, Full, Queue
 from typing import Any, Protocol
 
+import psycopg
 from sqlalchemy import Boolean, Double, Integer, Table, insert
+from sqlalchemy.engine import AdaptedConnection
 from sqlalchemy.orm import Session
 
 from ._document import ChatDocument, Limits
@@ -361,9 +363,7 @@ class _CopyWriter:
         if not rows:
             return
         plan = copy_plan(table)
-        values = list(map(itemgetter(*plan.columns), rows))
-        if _needs_escape(values, plan.text_columns):
-            values = [_escaped(row, plan.text_columns) for row in values]
+        values = _copy_values(plan, rows)
         with driver_call(self._connection, plan.statement), self._cursor.copy(plan.statement) as copy:
             copy.set_types(plan.types)
             write_row = copy.write_row
@@ -371,13 +371,55 @@ class _CopyWriter:
                 write_row(row)
 
 
+class _AsyncCopyWriter:
+    """Binary COPY under the asyncio API: through the session's asynchronous
+    psycopg connection, awaited with SQLAlchemy's ``AdaptedConnection.run_async``
+    (the repository's code runs in ``AsyncSession.run_sync``), so the event
+    loop goes on while the server reads the rows."""
+
+    def __init__(self, session: Session, adapted: AdaptedConnection) -> None:
+        self._connection = session.connection()
+        self._adapted = adapted
+
+    def write(self, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+        if not rows:
+            return
+        plan = copy_plan(table)
+        values = _copy_values(plan, rows)
+
+        async def copy_rows(driver: psycopg.AsyncConnection[Any]) -> None:
+            from psycopg.types.json import set_json_dumps
+
+            cursor = driver.cursor()
+            set_json_dumps(postgres_json_text, cursor)
+            async with cursor.copy(plan.statement) as copy:
+                copy.set_types(plan.types)
+                for row in values:
+                    await copy.write_row(row)
+
+        with driver_call(self._connection, plan.statement):
+            self._adapted.run_async(copy_rows)
+
+
+def _copy_values(plan: CopyPlan, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
+    """The rows' values in the plan's column order, text escaped if needed."""
+    values = list(map(itemgetter(*plan.columns), rows))
+    if _needs_escape(values, plan.text_columns):
+        values = [_escaped(row, plan.text_columns) for row in values]
+    return values
+
+
 def row_writer(session: Session) -> RowWriter:
     """The fastest way to insert many rows on the session's database: binary
-    COPY through a synchronous psycopg connection, ``executemany`` otherwise
-    (SQLite, and the asyncio API, whose driver connection is asynchronous)."""
+    COPY through psycopg on PostgreSQL (its synchronous connection, or under the
+    asyncio API its asynchronous one), ``executemany`` otherwise (SQLite)."""
     if session.get_bind().dialect.name == "postgresql":
-        import psycopg
-
-        if isinstance(session.connection().connection.driver_connection, psycopg.Connection):
+        pooled = session.connection().connection
+        if isinstance(pooled.driver_connection, psycopg.Connection):
             return _CopyWriter(session)
+        adapted = pooled.dbapi_connection
+        if isinstance(pooled.driver_connection, psycopg.AsyncConnection) and isinstance(
+            adapted, AdaptedConnection
+        ):
+            return _AsyncCopyWriter(session, adapted)
     return _ExecuteManyWriter(session)

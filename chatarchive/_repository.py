@@ -33,6 +33,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import AdaptedConnection
 from sqlalchemy.orm import Session, SessionTransaction
 from sqlalchemy.sql.elements import TextClause
 
@@ -1369,16 +1370,31 @@ def _fetch_all(
     connection under ``connection``.
 
     For a read of one small row, SQLAlchemy's per-statement work costs about
-    as much as the database's, so it goes to the driver directly (other
-    drivers, and the asyncio API's, go through SQLAlchemy); errors are handled
-    as SQLAlchemy handles its own (:func:`driver_call`).
+    as much as the database's, so it goes to the driver directly: psycopg's
+    connection, or under the asyncio API its asynchronous one, awaited with
+    SQLAlchemy's ``AdaptedConnection.run_async`` (other drivers go through
+    SQLAlchemy); errors are handled as SQLAlchemy handles its own
+    (:func:`driver_call`).
     """
-    driver = connection.connection.driver_connection
-    if not isinstance(driver, psycopg.Connection):
+    pooled = connection.connection
+    driver = pooled.driver_connection
+    if not isinstance(driver, psycopg.Connection | psycopg.AsyncConnection):
         return connection.execute(statement, params).all()
     sql = _psycopg_sql(statement)
-    with driver_call(connection, sql, params), driver.cursor() as cursor:
-        return cursor.execute(sql, params).fetchall()
+    if isinstance(driver, psycopg.Connection):
+        with driver_call(connection, sql, params), driver.cursor() as cursor:
+            return cursor.execute(sql, params).fetchall()
+    adapted = pooled.dbapi_connection
+    if isinstance(adapted, AdaptedConnection):
+
+        async def fetch(driver: psycopg.AsyncConnection[Any]) -> list[tuple[Any, ...]]:
+            async with driver.cursor() as cursor:
+                await cursor.execute(sql, params)
+                return await cursor.fetchall()
+
+        with driver_call(connection, sql, params):
+            return adapted.run_async(fetch)
+    return connection.execute(statement, params).all()
 
 
 def requested_ids(chat_ids: Iterable[str]) -> list[str]:

@@ -517,14 +517,21 @@ def test_bench_reports_every_figure(run: Run, dialect: str) -> None:
     assert report["chats"] == 30
     assert report["messages"] >= 180
     figures = report["figures"]
-    for name in ("ingest_save_many", "ingest_bulk", "get_median_ms", "append_1000_median_ms"):
+    for name in (
+        "ingest_save_many",
+        "ingest_bulk",
+        "ingest_save_many_asyncio",
+        "get_median_ms",
+        "append_1000_median_ms",
+    ):
         assert figures[name] > 0
+    assert report["ratios"]["save_many, asyncio / sync"] > 0
     if dialect == "postgresql":
         assert figures["ingest_raw_copy_own"] > 0
         assert figures["ingest_save_many_2_writers"] > 0
         assert report["ratios"]["save_many / raw COPY (own schema)"] > 0
         assert report["ratios"]["save_many, 2 writers / 1 writer"] > 0
-        for name in ("save_many", "save_many_2_writers", "bulk", "raw_copy_own"):
+        for name in ("save_many", "save_many_2_writers", "save_many_asyncio", "bulk", "raw_copy_own"):
             assert figures[f"ingest_{name}_no_search_index"] > 0
         assert figures["ingest_2_writers_then_search_index"] > 0
         assert 0 < figures["bytes_per_message_no_search_index"] < figures["bytes_per_message"]
