@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import sqlite3
 import threading
 import time
 import weakref
@@ -229,8 +230,9 @@ def _set_up(engine: Engine, url: URL, options: dict[str, Any]) -> None:
         if not options.get("pool_pre_ping"):
             _ping_idle_connections(engine)
     if url.get_backend_name() == "sqlite":
-        _set_up_sqlite(engine, in_memory=in_memory(url))
-        if (path := _sqlite_file(url)) is not None:
+        path = _sqlite_file(url)
+        _set_up_sqlite(engine, in_memory=in_memory(url), path=path)
+        if path is not None:
             _name_a_missing_directory(engine, path)
 
 
@@ -311,7 +313,7 @@ def _ping_idle_connections(engine: Engine) -> None:
             raise DisconnectionError(f"stale connection: {exc}") from exc
 
 
-def _set_up_sqlite(engine: Engine, *, in_memory: bool) -> None:
+def _set_up_sqlite(engine: Engine, *, in_memory: bool, path: str | None) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Driver-level transactions off: SQLAlchemy emits BEGIN itself (below).
@@ -320,7 +322,16 @@ def _set_up_sqlite(engine: Engine, *, in_memory: bool) -> None:
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.execute("PRAGMA busy_timeout = 30000")
         if not in_memory:
-            cursor.execute("PRAGMA journal_mode = WAL")
+            try:
+                cursor.execute("PRAGMA journal_mode = WAL")  # the first statement that reads the file
+            except sqlite3.DatabaseError as exc:
+                # SQLite says only "file is not a database": say which file.
+                if getattr(exc, "sqlite_errorname", None) == "SQLITE_NOTADB" and path is not None:
+                    raise DatabaseError(
+                        f"cannot open the SQLite archive {path}: it is not an SQLite database file "
+                        "(or it is damaged, or encrypted)"
+                    ) from exc
+                raise
         cursor.close()
 
     @event.listens_for(engine, "begin")

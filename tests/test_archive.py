@@ -620,6 +620,18 @@ def test_a_sqlite_archive_in_a_directory_that_does_not_exist_names_it(tmp_path: 
         assert archive.current_revision() == SCHEMA_REVISION
 
 
+def test_a_file_that_is_not_a_sqlite_database_is_named(tmp_path: Path) -> None:
+    # SQLite said only "file is not a database", whichever file it was.
+    path = tmp_path / "notes.txt"
+    path.write_text("some text, not a database: " * 10)
+    named = f"cannot open the SQLite archive {path}: it is not an SQLite database file"
+    _upgrade_fails_on_both_apis(path, f"{named} (or it is damaged, or encrypted)")
+    with ChatArchive(f"sqlite:///{path}") as archive, pytest.raises(DatabaseError) as caught:
+        archive.get("x")
+    assert str(caught.value).startswith(named)
+    assert path.read_text() == "some text, not a database: " * 10  # left as it was
+
+
 def test_an_archive_shows_its_database_and_user_but_not_the_password() -> None:
     # Both archives showed only "<chatarchive._archive.ChatArchive object at 0x...>".
     url = "postgresql://reader:s3cret@db.example/chats"
