@@ -18,8 +18,9 @@ Executed = tuple[str, Any]
 def recorded_statements(engine: Engine | Connection) -> Iterator[list[Executed]]:
     """Every statement run in the block on ``engine``'s connections: those
     SQLAlchemy runs, seen through its ``before_cursor_execute`` event, and those
-    chatarchive runs on the psycopg connection directly (its one-statement read
-    on PostgreSQL, COPY), which no SQLAlchemy event sees."""
+    chatarchive runs on the psycopg connection directly, synchronous or
+    asynchronous (its one-statement read on PostgreSQL, COPY), which no
+    SQLAlchemy event sees."""
     executed: list[Executed] = []
     through_sqlalchemy = threading.local()
 
@@ -39,13 +40,27 @@ def recorded_statements(engine: Engine | Connection) -> Iterator[list[Executed]]
 
         return recording
 
-    originals = {name: getattr(psycopg.Cursor, name) for name in ("execute", "executemany", "copy")}
+    def direct_async(method: Callable[..., Any]) -> Callable[..., Any]:
+        recording = direct(method)  # records, then returns the method's awaitable
+
+        async def awaited(*args: Any, **kwargs: Any) -> Any:
+            return await recording(*args, **kwargs)
+
+        return awaited
+
+    originals = {
+        (cursor, name): getattr(cursor, name)
+        for cursor in (psycopg.Cursor, psycopg.AsyncCursor)
+        for name in ("execute", "executemany", "copy")
+    }
     event.listen(engine, "before_cursor_execute", record)
-    for name, method in originals.items():
-        setattr(psycopg.Cursor, name, direct(method))
+    for (cursor, name), method in originals.items():
+        # The asyncio API's COPY returns an async context manager, not a coroutine.
+        wrap = direct_async if cursor is psycopg.AsyncCursor and name != "copy" else direct
+        setattr(cursor, name, wrap(method))
     try:
         yield executed
     finally:
-        for name, method in originals.items():
-            setattr(psycopg.Cursor, name, method)
+        for (cursor, name), method in originals.items():
+            setattr(cursor, name, method)
         event.remove(engine, "before_cursor_execute", record)

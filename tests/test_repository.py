@@ -1059,7 +1059,7 @@ def test_get_uses_a_fixed_number_of_queries(repo: ChatRepository, session: Sessi
         repo.get("small")
     with recorded_statements(engine) as large:
         repo.get("big")
-    # One per table on SQLite (and through the asyncio API), one in all on PostgreSQL.
+    # One per table on SQLite, one in all on PostgreSQL (through either API).
     assert 1 <= len(large) == len(small) <= 7
 
 
