@@ -22,7 +22,7 @@ from queue import Empty, Full, Queue
 from typing import Any, Protocol
 
 import psycopg
-from sqlalchemy import Boolean, Double, Integer, Table, insert
+from sqlalchemy import Boolean, Double, Integer, Table, insert, text
 from sqlalchemy.engine import AdaptedConnection
 from sqlalchemy.orm import Session
 
@@ -409,11 +409,19 @@ def _copy_values(plan: CopyPlan, rows: Sequence[Mapping[str, Any]]) -> list[tupl
     return values
 
 
+#: Whether row-level security applies to this role on the archive's tables
+#: (all of them have the same setting; see ``set_row_level_security``).
+_ROW_SECURITY = text("SELECT row_security_active('chats')")
+
+
 def row_writer(session: Session) -> RowWriter:
     """The fastest way to insert many rows on the session's database: binary
     COPY through psycopg on PostgreSQL (its synchronous connection, or under the
-    asyncio API its asynchronous one), ``executemany`` otherwise (SQLite)."""
-    if session.get_bind().dialect.name == "postgresql":
+    asyncio API its asynchronous one), ``executemany`` otherwise (SQLite, and
+    PostgreSQL when row-level security applies to this connection's role:
+    PostgreSQL refuses ``COPY FROM`` there, "not supported with row-level
+    security")."""
+    if session.get_bind().dialect.name == "postgresql" and not session.execute(_ROW_SECURITY).scalar_one():
         pooled = session.connection().connection
         if isinstance(pooled.driver_connection, psycopg.Connection):
             return _CopyWriter(session)

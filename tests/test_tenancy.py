@@ -258,3 +258,38 @@ def test_a_users_reads_tell_row_level_security_who_reads(
             assert [d.chat_id for d in await alice.get_many(["alice-1", "bob-1"])] == ["alice-1"]
 
     asyncio.run(through_asyncio())
+
+
+def test_under_row_level_security_save_many_saves_a_users_chats(
+    pg_archive: tuple[ChatArchive, str], app_role: str
+) -> None:
+    """PostgreSQL refuses COPY FROM on a table whose row-level security applies
+    to the role ("COPY FROM not supported with row-level security"): save_many
+    then inserts its rows instead, through both APIs. It failed with that error,
+    and the asyncio API's failed too once it wrote with COPY."""
+    archive, url = pg_archive
+    archive.save(tool_chat("bob-1", user_id="bob"))
+    archive.set_row_level_security(True)
+    as_app = make_url(url).set(username=app_role).render_as_string(hide_password=False)
+    docs = [tool_chat(f"alice-{n}", title="nul \x00 and \ue000 kept") for n in range(3)]
+    refused: list[int] = []
+    with ChatArchive(as_app) as app:
+        alice = app.for_user("alice")
+        assert alice.save_many([*docs, tool_chat("bob-1")], on_error=lambda i, _: refused.append(i)) == 3
+        assert alice.save_many(docs) == 3  # replaced, not duplicated
+
+    async def through_asyncio() -> int:
+        async with AsyncChatArchive(as_app) as app:
+            return await app.for_user("carol").save_many([tool_chat("carol-1"), tool_chat("carol-2")])
+
+    assert asyncio.run(through_asyncio()) == 2
+    assert refused == [3]  # bob's, which alice cannot see: not found
+    assert {(c.chat_id, c.user_id, c.version) for c in archive.list_chats().items} == {
+        ("alice-0", "alice", 2),
+        ("alice-1", "alice", 2),
+        ("alice-2", "alice", 2),
+        ("bob-1", "bob", 1),
+        ("carol-1", "carol", 1),
+        ("carol-2", "carol", 1),
+    }
+    assert archive.get("alice-1").title == "nul \x00 and \ue000 kept"
