@@ -22,6 +22,7 @@ from queue import Empty, Full, Queue
 from typing import Any, Protocol
 
 import psycopg
+from psycopg.types.json import set_json_dumps
 from sqlalchemy import Boolean, Double, Integer, Table, insert, text
 from sqlalchemy.engine import AdaptedConnection
 from sqlalchemy.orm import Session
@@ -352,8 +353,6 @@ class _CopyWriter:
     """Binary COPY through the session's own psycopg connection (and transaction)."""
 
     def __init__(self, session: Session) -> None:
-        from psycopg.types.json import set_json_dumps
-
         self._connection = session.connection()
         driver = self._connection.connection.driver_connection
         self._cursor = driver.cursor()  # type: ignore[union-attr]
@@ -388,8 +387,6 @@ class _AsyncCopyWriter:
         values = _copy_values(plan, rows)
 
         async def copy_rows(driver: psycopg.AsyncConnection[Any]) -> None:
-            from psycopg.types.json import set_json_dumps
-
             cursor = driver.cursor()
             set_json_dumps(postgres_json_text, cursor)
             async with cursor.copy(plan.statement) as copy:
