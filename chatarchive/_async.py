@@ -37,6 +37,7 @@ from ._document import ChatDocument, ChatPage, Feedback, Limits, Message, check_
 from ._engine import create_async_engine, for_reading, for_writing, missing_archive
 from ._exceptions import (
     ChatArchiveError,
+    ChatNotFound,
     SchemaNotReady,
     database_errors,
     require_at_least_one,
@@ -44,7 +45,7 @@ from ._exceptions import (
     require_user_id,
 )
 from ._ingest import Batches, PreparedBatch, check_save_many, check_writers, prepared_batches, split_by_chat
-from ._repository import ENDED, ChatChanges, ChatRepository, OnError
+from ._repository import ENDED, ChatChanges, ChatRepository, OnError, load_documents, requested_ids
 from ._search import SearchHit, rebuild_search_index, search_index_of, set_search_index_on
 
 __all__ = ["AsyncChatArchive", "AsyncChatRepository"]
@@ -468,6 +469,13 @@ class AsyncChatArchive:
         """A read; see :meth:`ChatArchive._read`."""
         return await self._call(call, reading=True)
 
+    async def _read_on_connection(self, method: Callable[[Connection], _T]) -> _T:
+        """A read of one statement on a pooled connection, without a session."""
+        await self._require_schema()
+        with database_errors():
+            async with self._reader.connect() as connection:
+                return await connection.run_sync(method)
+
     async def _require_schema(self) -> None:
         self._require_open()
         if self._schema_ready:
@@ -526,10 +534,17 @@ class AsyncChatArchive:
         return await self._call(partial(ChatRepository._save_prepared, batch=batch, on_error=on_error))
 
     async def get(self, chat_id: str) -> ChatDocument:
-        return await self._read(lambda repo: repo.get(chat_id))
+        found = await self.get_many([chat_id])
+        if not found:
+            raise ChatNotFound(chat_id)
+        return found[0]
 
     async def get_many(self, chat_ids: Iterable[str]) -> list[ChatDocument]:
-        return await self._read(lambda repo: repo.get_many(chat_ids))
+        wanted = requested_ids(chat_ids)
+        if self._postgres and self._user_id is None and wanted:
+            # One statement: no session needed, as in ChatArchive.get_many.
+            return await self._read_on_connection(partial(load_documents, chat_ids=wanted, user_id=None))
+        return await self._read(lambda repo: repo.get_many(wanted))
 
     async def append(
         self,
