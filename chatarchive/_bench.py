@@ -8,6 +8,7 @@ queries), so that the ratios, not the machine, are what is compared.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import random
@@ -26,6 +27,7 @@ from typing import Any
 from sqlalchemy import URL, Engine, make_url, text
 
 from ._archive import ChatArchive
+from ._async import AsyncChatArchive
 from ._document import ChatDocument
 from ._engine import create_engine, database_url
 from ._ingest import copy_plan
@@ -330,9 +332,6 @@ class _Bench:
 
     def _time_async_save_many(self) -> float:
         """save_many through the asyncio API (AsyncChatArchive), in a new event loop."""
-        import asyncio
-
-        from ._async import AsyncChatArchive
 
         async def load() -> float:
             async with AsyncChatArchive(self.engine.url) as archive:
@@ -572,10 +571,6 @@ class _Bench:
     def _streaming(self, streams: int = 100, chunks: int = 20) -> None:
         """Concurrent streams in one event loop (the asyncio API), and the cost of
         one chunk early and late in a long message (the synchronous API)."""
-        import asyncio
-
-        from ._async import AsyncChatArchive
-
         self.progress("streaming", 0, 2)
 
         async def stream(archive: AsyncChatArchive, number: int) -> None:

@@ -1377,15 +1377,12 @@ def _fetch_all(
     (:func:`driver_call`).
     """
     pooled = connection.connection
-    driver = pooled.driver_connection
-    if not isinstance(driver, psycopg.Connection | psycopg.AsyncConnection):
-        return connection.execute(statement, params).all()
+    driver, adapted = pooled.driver_connection, pooled.dbapi_connection
     sql = _psycopg_sql(statement)
     if isinstance(driver, psycopg.Connection):
         with driver_call(connection, sql, params), driver.cursor() as cursor:
             return cursor.execute(sql, params).fetchall()
-    adapted = pooled.dbapi_connection
-    if isinstance(adapted, AdaptedConnection):
+    if isinstance(driver, psycopg.AsyncConnection) and isinstance(adapted, AdaptedConnection):
 
         async def fetch(driver: psycopg.AsyncConnection[Any]) -> list[tuple[Any, ...]]:
             async with driver.cursor() as cursor:
