@@ -11,10 +11,11 @@ import logging.config
 from typing import Any, Literal
 
 from alembic.autogenerate.api import AutogenContext
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from alembic import context
-from chatarchive._engine import create_engine, database_url, writing_on
+from chatarchive._backends import backend_named, backend_of
+from chatarchive._engine import create_engine, database_url
 from chatarchive._schema import VERSION_TABLE, described_by_models, metadata, one_of_ours
 from chatarchive._types import ArchiveText, JsonObject, UTCDateTime
 
@@ -39,15 +40,6 @@ def _lock_timeout() -> str | None:
     return None if milliseconds is None else f"SET LOCAL lock_timeout = {int(milliseconds)}"
 
 
-def _set_sqlite_foreign_keys(connection: Connection, enabled: bool) -> None:
-    # SQLite rebuilds tables to alter them ("batch" mode); foreign keys must be
-    # off meanwhile, and the pragma only takes effect outside a transaction.
-    if not connection.in_transaction():
-        cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        cursor.execute(f"PRAGMA foreign_keys = {'ON' if enabled else 'OFF'}")
-        cursor.close()
-
-
 # Revisions spell out plain SQLAlchemy types, never chatarchive's own classes,
 # so that an old revision keeps working whatever later code does.
 _PLAIN_TYPES = {
@@ -69,20 +61,13 @@ def _include_object(obj: Any, name: str | None, kind: str, reflected: bool, comp
 
 
 def run_migrations(connection: Connection) -> None:
-    sqlite = connection.dialect.name == "sqlite"
-    if sqlite:
-        _set_sqlite_foreign_keys(connection, False)
-        # Several processes may migrate at once (replicas that each run 'db
-        # upgrade' as they start): the first to begin takes the write lock, the
-        # others wait for it, then find the work done. A deferred transaction
-        # would fail with "database is locked" when it came to write.
-        writing_on(connection)
-    try:
+    backend = backend_of(connection)
+    with backend.migrating(connection):
         context.configure(
             connection=connection,
             target_metadata=metadata,
             version_table=VERSION_TABLE,
-            render_as_batch=sqlite,
+            render_as_batch=backend.alters_by_copying,
             # SQLite runs DDL in transactions too (chatarchive's engines let
             # SQLAlchemy, not the driver, begin them): one transaction for the
             # whole migration, as on PostgreSQL, rather than one per statement.
@@ -93,26 +78,22 @@ def run_migrations(connection: Connection) -> None:
             include_name=one_of_ours,
         )
         with context.begin_transaction():
-            if not sqlite:  # the same, one at a time, on PostgreSQL
-                connection.execute(text("SELECT pg_advisory_xact_lock(hashtext('chatarchive migrations'))"))
-                if (setting := _lock_timeout()) is not None:  # only once its turn has come
-                    connection.execute(text(setting))
+            backend.lock_migrations(connection, _lock_timeout())
             context.run_migrations()
-    finally:
-        if sqlite:
-            _set_sqlite_foreign_keys(connection, True)
 
 
 def run_offline() -> None:
+    url = database_url(_url())
+    backend = backend_named(url.get_backend_name())
     context.configure(
-        url=_url(),
+        url=url,
         target_metadata=metadata,
         version_table=VERSION_TABLE,
         literal_binds=True,
-        render_as_batch=_url().startswith("sqlite"),
+        render_as_batch=backend.alters_by_copying,
     )
     with context.begin_transaction():
-        if (setting := _lock_timeout()) is not None and not _url().startswith("sqlite"):
+        if (setting := backend.offline_lock_timeout(_lock_timeout())) is not None:
             context.execute(setting)
         context.run_migrations()
 

@@ -1,9 +1,12 @@
-"""chatarchive: LLM chat conversations kept losslessly in a normalized database."""
+"""chatarchive: LLM chat conversations kept losslessly in a normalized database.
 
-from ._archive import ChatArchive
-from ._async import AsyncChatArchive, AsyncChatRepository
+The public API is what this module exports; the modules behind it are private.
+"""
+
+from ._api import AsyncChatArchive, AsyncChatRepository, ChatArchive, ChatRepository
 from ._document import (
     ChatDocument,
+    ChatFilter,
     ChatPage,
     ChatSummary,
     ContentPart,
@@ -23,26 +26,36 @@ from ._engine import (
     for_writing,
 )
 from ._exceptions import (
+    ArchiveClosed,
     ChatArchiveError,
     ChatNotFound,
     ConflictError,
     DatabaseError,
+    InvalidArgument,
     InvalidDocument,
+    NotSupported,
     SchemaNotReady,
+    TransactionEnded,
+    TransactionInProgress,
+    UsageError,
+    UserScopeError,
 )
-from ._repository import ChatChanges, ChatRepository
+from ._repository.bulk import OnError
+from ._repository.writes import ChatChanges
 from ._schema import is_archive_table
 from ._search import SearchHit
 
 __all__ = [
     "DEFAULT_URL",
     "URL_ENV",
+    "ArchiveClosed",
     "AsyncChatArchive",
     "AsyncChatRepository",
     "ChatArchive",
     "ChatArchiveError",
     "ChatChanges",
     "ChatDocument",
+    "ChatFilter",
     "ChatNotFound",
     "ChatPage",
     "ChatRepository",
@@ -51,14 +64,21 @@ __all__ = [
     "ContentPart",
     "DatabaseError",
     "Feedback",
+    "InvalidArgument",
     "InvalidDocument",
     "Limits",
     "Message",
+    "NotSupported",
+    "OnError",
     "SchemaNotReady",
     "SearchHit",
     "ToolCall",
     "ToolFunction",
+    "TransactionEnded",
+    "TransactionInProgress",
     "Usage",
+    "UsageError",
+    "UserScopeError",
     "create_async_engine",
     "create_engine",
     "database_url",

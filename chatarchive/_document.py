@@ -34,12 +34,14 @@ from pydantic import (
     model_validator,
 )
 
-from ._exceptions import LONGEST_ID, InvalidDocument, fits_utc, require_at_least_one, require_many
+from ._arguments import fits_utc, optional_moment, optional_text, require_at_least_one, require_many
+from ._exceptions import LONGEST_ID, InvalidArgument, InvalidDocument
 
 __all__ = [
     "ARCHIVE_MESSAGE_FIELDS",
     "DEFAULT_LIMITS",
     "ChatDocument",
+    "ChatFilter",
     "ChatPage",
     "ChatSummary",
     "ContentPart",
@@ -116,7 +118,7 @@ def check_limits(limits: object) -> Limits | None:
     """Refuse a ``limits`` argument that is neither None nor a :class:`Limits`
     (a dict of them would be taken for none)."""
     if limits is not None and not isinstance(limits, Limits):
-        raise InvalidDocument(f"limits must be a Limits, not {type(limits).__name__}", field="limits")
+        raise InvalidArgument(f"limits must be a Limits, not {type(limits).__name__}", argument="limits")
     return limits
 
 
@@ -486,6 +488,39 @@ class ChatDocument(_Record):
     def to_openai(self) -> list[dict[str, Any]]:
         """The message list exactly as it came in, archive fields left out."""
         return [message.to_openai() for message in self.messages]
+
+
+@dataclass(frozen=True)
+class ChatFilter:
+    """Which chats a listing, count or export is about: those that pass every
+    filter given (``None``: any).
+
+    Attributes:
+        user_id: the chats of this user.
+        model: the chats whose chosen model is this one.
+        tag: the chats tagged so.
+        since: the chats last updated (``updated_at``) at this time or later;
+            a naive datetime is UTC.
+        until: the chats last updated before this time; ``until=cutoff``
+            selects what ``delete_older_than(cutoff)`` deletes.
+
+    Example:
+        >>> from datetime import datetime
+        >>> ChatFilter(user_id="alice", since=datetime(2026, 1, 1)).since.tzinfo
+        datetime.timezone.utc
+    """
+
+    user_id: str | None = None
+    model: str | None = None
+    tag: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("user_id", "model", "tag"):
+            optional_text(getattr(self, name), name)
+        for name in ("since", "until"):
+            object.__setattr__(self, name, optional_moment(getattr(self, name), name))
 
 
 class ChatSummary(BaseModel):

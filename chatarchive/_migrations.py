@@ -1,7 +1,11 @@
-"""Running chatarchive's Alembic migrations from code, a checkout or a wheel.
+"""Running chatarchive's Alembic migrations from code, a checkout or a wheel,
+and telling whether a database is at the revision this version needs.
 
 The scripts live in the checkout's top-level ``alembic/`` directory; a wheel
 carries the same files as ``chatarchive/_alembic/`` (see pyproject.toml).
+Alembic is imported by the functions that run it, not with chatarchive: most
+programs never migrate, and it is a tenth of chatarchive's import time. Whether
+a database is ready is read without it.
 """
 
 from __future__ import annotations
@@ -9,35 +13,32 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from alembic.autogenerate import compare_metadata
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.script.revision import RevisionError
-from alembic.util import CommandError
-from sqlalchemy import URL, Connection, Engine
+from sqlalchemy import URL, Connection, Engine, inspect, text
 
-from alembic import command
+from ._arguments import is_real_number, require_text
+from ._backends import database_errors
+from ._engine import in_memory, missing_archive, shown_url
+from ._exceptions import InvalidArgument, SchemaNotReady
+from ._schema import SCHEMA_REVISION, VERSION_TABLE, described_by_models, metadata, one_of_ours
 
-from ._engine import missing_archive
-from ._exceptions import ChatArchiveError, InvalidDocument, database_errors, is_real_number, require_text
-from ._schema import VERSION_TABLE, described_by_models, metadata, one_of_ours
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 __all__ = [
     "alembic_config",
-    "check",
-    "current_revision",
-    "downgrade",
     "head_revision",
     "migrate",
     "problems_of",
     "render",
+    "require_archive_file",
     "require_reachable",
+    "require_revision",
     "revision_of",
     "script_location",
-    "upgrade",
+    "stored_chats",
+    "stored_revision",
 ]
 
 
@@ -46,10 +47,12 @@ def script_location() -> Path:
     for candidate in (here / "_alembic", here.parent / "alembic"):
         if (candidate / "env.py").is_file():
             return candidate
-    raise ChatArchiveError(f"chatarchive's migration scripts are missing (looked beside {here})")
+    raise SchemaNotReady(f"chatarchive's migration scripts are missing (looked beside {here})")
 
 
 def alembic_config() -> Config:
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(script_location()))
     return config
@@ -76,7 +79,10 @@ def render(
     """Write to ``output`` the SQL that migrating the database from its current
     revision to ``revision`` would run, without running it (Alembic's offline
     mode), for review or to be run by hand."""
-    start = current_revision(engine) or "base"
+    start = "base"
+    if missing_archive(engine.url) is None:
+        with database_errors(), engine.connect() as connection:
+            start = revision_of(connection) or "base"
     config = alembic_config()
     config.attributes["url"] = engine.url
     config.attributes["lock_timeout"] = _lock_timeout_ms(lock_timeout)
@@ -86,28 +92,36 @@ def render(
 
 
 def _direction(up: bool) -> Callable[..., None]:
+    from alembic import command
+
     return command.upgrade if up else command.downgrade
 
 
 @contextmanager
 def _revision_errors(config: Config) -> Iterator[None]:
     """An unknown revision, or one on the wrong side, is bad input."""
+    from alembic.script import ScriptDirectory
+    from alembic.script.revision import RevisionError
+    from alembic.util import CommandError
+
     try:
         yield
     except (CommandError, RevisionError) as exc:
         known = [script.revision for script in ScriptDirectory.from_config(config).walk_revisions()]
-        raise InvalidDocument(
-            f"{exc} (revisions: {', '.join(reversed(known))}, head, base)", field="revision"
+        raise InvalidArgument(
+            f"{exc} (revisions: {', '.join(reversed(known))}, head, base)", argument="revision"
         ) from exc
 
 
-def require_reachable(url: URL, revision: str) -> None:
+def require_reachable(url: URL | None, revision: str) -> None:
     """Refuse, before anything connects, an upgrade of a SQLite file that does
     not exist yet to a revision an empty database cannot reach ('0099',
     '+20'): connecting creates the file, which the failed upgrade left behind
     as an empty archive at revision none."""
-    if missing_archive(url) is None:
+    if url is None or missing_archive(url) is None:
         return
+    from alembic.script import ScriptDirectory
+
     require_text(revision, "revision")
     config = alembic_config()
     with _revision_errors(config):
@@ -120,47 +134,32 @@ def _lock_timeout_ms(seconds: object) -> int | None:
     if seconds is None:
         return None
     if not is_real_number(seconds) or not 0 < seconds < 86_400:
-        raise InvalidDocument(
+        raise InvalidArgument(
             f"lock_timeout must be a number of seconds above 0 and below a day, not {seconds!r}",
-            field="lock_timeout",
+            argument="lock_timeout",
         )
     return max(1, round(seconds * 1000))
 
 
-def upgrade(engine: Engine, revision: str = "head", *, lock_timeout: float | None = None) -> None:
-    """Migrate the database up to ``revision`` (default: the newest)."""
-    require_reachable(engine.url, revision)
-    with database_errors(), engine.connect() as connection:
-        migrate(connection, revision, up=True, lock_timeout=lock_timeout)
-
-
-def downgrade(engine: Engine, revision: str, *, lock_timeout: float | None = None) -> None:
-    """Migrate the database down to ``revision`` (``base``: remove everything)."""
-    with database_errors(), engine.connect() as connection:
-        migrate(connection, revision, up=False, lock_timeout=lock_timeout)
-
-
 def head_revision() -> str | None:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
 def revision_of(connection: Connection) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
     context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
     return context.get_current_revision()
-
-
-def current_revision(engine: Engine) -> str | None:
-    """The revision the database is at (``None``: not migrated, or a SQLite
-    file that does not exist yet, which looking would create)."""
-    if missing_archive(engine.url) is not None:
-        return None
-    with database_errors(), engine.connect() as connection:
-        return revision_of(connection)
 
 
 def problems_of(connection: Connection) -> list[str]:
     """What keeps the database from matching this version of chatarchive:
     an empty list when it is at the newest revision and its tables match."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
     current, head = revision_of(connection), head_revision()
     if current != head:
         return [f"database is at revision {current or 'none'}, chatarchive needs {head}"]
@@ -180,7 +179,41 @@ def problems_of(connection: Connection) -> list[str]:
     ]
 
 
-def check(engine: Engine) -> list[str]:
-    """See :func:`problems_of`."""
+def require_archive_file(url: URL | None) -> None:
+    """Refuse, before connecting, an archive that does not exist yet and that
+    connecting would create (a SQLite file)."""
+    if url is not None and (missing := missing_archive(url)) is not None:
+        raise SchemaNotReady(f"{missing}: run 'chatarchive db upgrade' to create it")
+
+
+def stored_revision(connection: Connection) -> str | None:
+    """The revision in chatarchive's version table, read without Alembic (``None``: not migrated)."""
+    if not inspect(connection).has_table(VERSION_TABLE):
+        return None
+    revision = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+    return None if revision is None else str(revision)
+
+
+def require_revision(url: URL, current: str | None) -> None:
+    """Refuse a database that is not at the revision this version's models describe."""
+    if current != SCHEMA_REVISION:
+        raise SchemaNotReady(
+            f"database {shown_url(url)} is at revision {current or 'none'}, "
+            f"chatarchive needs {SCHEMA_REVISION}: "
+            + (
+                "an in-memory database starts empty: call the archive's upgrade() first"
+                if in_memory(url)
+                else "run 'chatarchive db upgrade'"
+            )
+        )
+
+
+def stored_chats(engine: Engine) -> int:
+    """How many chats the archive's tables hold, at whatever revision they are
+    (0 for a SQLite file that does not exist, which looking would create)."""
+    if missing_archive(engine.url) is not None:
+        return 0
     with database_errors(), engine.connect() as connection:
-        return problems_of(connection)
+        if not inspect(connection).has_table("chats"):
+            return 0
+        return int(connection.execute(text("SELECT count(*) FROM chats")).scalar_one())

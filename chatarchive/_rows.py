@@ -28,6 +28,7 @@ __all__ = [
     "chat_ordered_json",
     "document_from_rows",
     "document_to_rows",
+    "documents_from_rows",
     "feedback_from_row",
     "feedback_to_row",
     "fold_chunks",
@@ -520,3 +521,25 @@ def document_from_rows(
     data["feedback"] = [feedback_from_row(row) for row in feedback]
     data["version"] = chat["version"]
     return ChatDocument.model_validate(data, context=TRUSTED)
+
+
+def documents_from_rows(
+    chat_ids: Sequence[str],
+    chats: Sequence[Mapping[Any, Any]],
+    children: Mapping[str, Mapping[Any, Sequence[Mapping[Any, Any]]]],
+) -> list[ChatDocument]:
+    """The documents of the chat rows found, in the order of ``chat_ids``;
+    ``children`` holds each chat's child rows by table, in document order."""
+    documents = {}
+    for chat in chats:
+        rows = {table.name: table_rows for table, table_rows in children[chat["chat_id"]].items()}
+        documents[chat["chat_id"]] = document_from_rows(
+            chat,
+            [row["tag"] for row in rows["chat_tags"]],
+            rows["messages"],
+            rows["content_parts"],
+            rows["tool_calls"],
+            rows["feedback"],
+            rows["message_chunks"],
+        )
+    return [documents[chat_id] for chat_id in chat_ids if chat_id in documents]

@@ -6,17 +6,20 @@ the schema can be distributed by chat (Citus) without changing any key.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     CheckConstraint,
+    Column,
     Double,
     ForeignKey,
     ForeignKeyConstraint,
     Index,
     Integer,
     MetaData,
+    Table,
     UniqueConstraint,
 )
 from sqlalchemy import (
@@ -27,6 +30,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from ._types import ArchiveText, JsonObject, OrderedJson, UTCDateTime
 
 __all__ = [
+    "DOCUMENT_ORDER",
+    "IDS_PER_STATEMENT",
     "PG_SEARCH_INDEXES",
     "SCHEMA_REVISION",
     "SEARCH_OBJECTS",
@@ -41,6 +46,7 @@ __all__ = [
     "TagRow",
     "ToolCallRow",
     "described_by_models",
+    "in_pieces",
     "is_archive_table",
     "metadata",
     "one_of_ours",
@@ -411,3 +417,31 @@ for _table_name, _comment in TABLE_COMMENTS.items():
     metadata.tables[_table_name].comment = _comment
     for _column_name, _column_comment in COLUMN_COMMENTS[_table_name].items():
         metadata.tables[_table_name].c[_column_name].comment = _column_comment
+
+
+def _ordered(table: str, *columns: str) -> tuple[Table, tuple[Column[Any], ...]]:
+    return metadata.tables[table], tuple(metadata.tables[table].c[name] for name in columns)
+
+
+#: The child tables of a chat, each with the columns that put its rows in the
+#: document's order (``chat_id`` first).
+DOCUMENT_ORDER: dict[Table, tuple[Column[Any], ...]] = dict(
+    (
+        _ordered("chat_tags", "chat_id", "position"),
+        _ordered("messages", "chat_id", "position"),
+        _ordered("content_parts", "chat_id", "message_position", "position"),
+        _ordered("tool_calls", "chat_id", "message_position", "position"),
+        _ordered("feedback", "chat_id", "position"),
+        _ordered("message_chunks", "chat_id", "message_position", "position"),
+    )
+)
+
+#: Ids looked up per statement (see :func:`in_pieces`).
+IDS_PER_STATEMENT = 10_000
+
+
+def in_pieces(ids: Sequence[str]) -> Iterator[Sequence[str]]:
+    """``ids`` in pieces small enough for one ``IN (...)`` (PostgreSQL takes at
+    most 65,535 parameters, SQLite 32,766 or 250,000 as built)."""
+    for start in range(0, len(ids), IDS_PER_STATEMENT):
+        yield ids[start : start + IDS_PER_STATEMENT]

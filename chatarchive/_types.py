@@ -27,7 +27,6 @@ from math import copysign
 from typing import Any, ClassVar
 
 from sqlalchemy import JSON, DateTime, Text
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
@@ -118,29 +117,26 @@ def unescape_value(value: Any) -> Any:
     return value
 
 
+def _backend(dialect: Dialect) -> Any:
+    # Imported here: the backends use these types.
+    from ._backends import backend_of
+
+    return backend_of(dialect)
+
+
 class ArchiveText(TypeDecorator[str]):
-    """``text``, with NUL-safe storage on PostgreSQL."""
+    """``text``, stored NUL-safe where the database needs it (PostgreSQL)."""
 
     impl = Text
     cache_ok = True
 
     def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
-        if dialect.name != "postgresql":
-            return None
-
-        def process(value: Any) -> Any:
-            return escape_text(value) if isinstance(value, str) else value
-
-        return process
+        bind: Callable[[Any], Any] | None = _backend(dialect).text_processors()[0]
+        return bind
 
     def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any] | None:
-        if dialect.name != "postgresql":
-            return None
-
-        def process(value: Any) -> Any:
-            return unescape_text(value) if isinstance(value, str) else value
-
-        return process
+        result: Callable[[Any], Any] | None = _backend(dialect).text_processors()[1]
+        return result
 
 
 class JsonObject(TypeDecorator[Any]):
@@ -148,37 +144,20 @@ class JsonObject(TypeDecorator[Any]):
 
     impl = JSON
     cache_ok = True
-    #: ``jsonb`` on PostgreSQL, else ``json`` (text as given).
+    #: The database's binary JSON (``jsonb``) where it has one, else JSON text as given.
     binary: ClassVar[bool] = True
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name == "postgresql":
-            kind = postgresql.JSONB if self.binary else postgresql.JSON
-            return dialect.type_descriptor(kind(none_as_null=True))
-        return dialect.type_descriptor(JSON(none_as_null=True))
+        kind: TypeEngine[Any] = _backend(dialect).json_type(dialect, binary=self.binary)
+        return kind
 
     def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
-        if dialect.name != "postgresql":
-            return super().bind_processor(dialect)
-        from psycopg.types.json import Json, Jsonb
-
-        wrapper = Jsonb if self.binary else Json
-
-        def process(value: Any) -> Any:
-            return None if value is None else wrapper(value, dumps=postgres_json_text)
-
-        return process
+        processors = _backend(dialect).json_processors(binary=self.binary)
+        return super().bind_processor(dialect) if processors is None else processors[0]
 
     def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any] | None:
-        if dialect.name != "postgresql":
-            return super().result_processor(dialect, coltype)
-
-        def process(value: Any) -> Any:
-            if isinstance(value, (str, bytes)):  # a driver set up to return JSON as text
-                value = json.loads(value)
-            return unescape_value(value)
-
-        return process
+        processors = _backend(dialect).json_processors(binary=self.binary)
+        return super().result_processor(dialect, coltype) if processors is None else processors[1]
 
 
 class OrderedJson(JsonObject):
@@ -229,8 +208,8 @@ class UTCDateTime(TypeDecorator[datetime]):
             return None
         if value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
-        value = value.astimezone(UTC)
-        return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
+        stored: datetime = _backend(dialect).stored_time(value.astimezone(UTC))
+        return stored
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:

@@ -33,17 +33,18 @@ from sqlalchemy import (
     false,
     func,
     literal,
-    literal_column,
     select,
     table,
-    text,
 )
 from sqlalchemy.orm import Session
 
-from ._archive import ChatArchive
+from ._api import ChatArchive
+from ._arguments import optional_moment, optional_text
+from ._backends import Backend, backend_of, database_errors
 from ._document import Timestamp
-from ._exceptions import InvalidDocument, database_errors, optional_moment, optional_text
-from ._repository import NOBODY, scoped_user
+from ._exceptions import InvalidArgument
+from ._migrations import require_archive_file, require_revision, stored_revision
+from ._repository.unit import NOBODY, scoped_user
 from ._types import ArchiveText, UTCDateTime
 
 __all__ = [
@@ -272,7 +273,7 @@ def _filtered(
     workflow_name: str | None,
 ) -> Select[Any]:
     # A user's archive (for_user) counts only that user's chats.
-    user_id = scoped_user(source._user_id if isinstance(source, ChatArchive) else None, user_id)
+    user_id = scoped_user(source.user_id if isinstance(source, ChatArchive) else None, user_id)
     if user_id is NOBODY:
         return query.where(false())
     since, until = optional_moment(since, "since"), optional_moment(until, "until")
@@ -296,10 +297,12 @@ def _timestamp(moment: datetime) -> ColumnElement[Any]:
 
 def _rows(source: Source, query: Select[Any], model: type[_Row]) -> list[_Row]:
     if isinstance(source, ChatArchive):
-        source._require_schema()  # at the revision whose views these queries read
+        require_archive_file(source.url)  # looking would create it
     with database_errors():
         if isinstance(source, ChatArchive):
             with source.engine.connect() as connection:
+                # At the revision whose views these queries read.
+                require_revision(source.url, stored_revision(connection))
                 rows: Sequence[Any] = _execute(connection, query)
         else:
             rows = _execute(source, query)
@@ -307,50 +310,38 @@ def _rows(source: Source, query: Select[Any], model: type[_Row]) -> list[_Row]:
 
 
 def _execute(executor: Session | Connection, query: Select[Any]) -> Sequence[Any]:
-    if _dialect(executor) == "postgresql":
-        # These queries take well under a second; PostgreSQL's JIT compiler, which
-        # their cost estimates would trigger, takes longer than that to compile them.
-        executor.execute(text("SET LOCAL jit = off"))
+    _backend(executor).before_analytics(executor)
     return executor.execute(query).mappings().all()
 
 
-def _workflow_of_chat(source: Source) -> ColumnElement[Any]:
-    if _dialect(source) == "postgresql":
-        return literal_column("chats.workflow->>'name'", ArchiveText())
-    return func.json_extract(_chats.c.workflow, "$.name", type_=ArchiveText())
-
-
-def _dialect(source: Source) -> str:
+def _backend(source: Source) -> Backend:
     if isinstance(source, ChatArchive):
-        return source.engine.dialect.name
-    if isinstance(source, Session):
-        return source.get_bind().dialect.name
-    if isinstance(source, Connection):
-        return source.dialect.name
+        return backend_of(source.engine)
+    if isinstance(source, (Session, Connection)):
+        return backend_of(source)
     wrong = f"source must be a ChatArchive, a Session or a Connection, not {type(source).__name__}"
     if type(source).__name__.startswith("Async"):
         wrong += " (from asyncio: async with archive.engine.connect() as c: await c.run_sync(function))"
-    raise InvalidDocument(wrong, field="source")
+    raise InvalidArgument(wrong, argument="source")
+
+
+def _workflow_of_chat(source: Source) -> ColumnElement[Any]:
+    return _backend(source).json_text(_chats.c.workflow, "name")
 
 
 def _legacy_function_call(source: Source) -> ColumnElement[bool]:
     """Whether a message carries a legacy ``function_call`` (kept in ``extra``)."""
-    if _dialect(source) == "postgresql":
-        return literal_column("jsonb_typeof(messages.extra->'function_call')") == "object"
-    return func.json_type(_messages.c.extra, "$.function_call") == "object"
+    return _backend(source).json_is_object(_messages.c.extra, "function_call")
 
 
 def _by_bytes(source: Source, value: ColumnElement[str]) -> ColumnElement[str]:
-    """``value`` compared by its bytes on PostgreSQL: the same equalities as under
-    any deterministic collation, without ``strcoll`` for every comparison (the
-    view daily_usage does the same since revision 0007)."""
-    return value.collate("C") if _dialect(source) == "postgresql" else value
+    """``value`` compared by its bytes: the same equalities as under any
+    deterministic collation, without the cost of collating."""
+    return _backend(source).by_bytes(value)
 
 
 def _day(source: Source, moment: ColumnElement[Any]) -> ColumnElement[Any]:
-    if _dialect(source) == "postgresql":
-        return func.to_char(func.timezone("UTC", moment), "YYYY-MM-DD")
-    return func.strftime("%Y-%m-%d", moment)
+    return _backend(source).utc_day(moment)
 
 
 def daily_usage(

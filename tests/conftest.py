@@ -30,7 +30,6 @@ from chatarchive import (
     create_engine,
     database_url,
 )
-from chatarchive._migrations import upgrade
 from chatarchive._schema import metadata
 
 from .async_shim import RepositoryShim, SessionShim
@@ -95,11 +94,8 @@ def dialect(request: pytest.FixtureRequest) -> str:
 def migrated_url(dialect: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[URL]:
     """A database of the current dialect, migrated to head, shared by the session."""
     with throwaway_database(dialect, tmp_path_factory.mktemp(dialect)) as url:
-        engine = create_engine(url)
-        try:
-            upgrade(engine)
-        finally:
-            engine.dispose()
+        with ChatArchive(url) as archive:
+            archive.upgrade()
         yield url
 
 

@@ -21,12 +21,12 @@ from chatarchive import (
     AsyncChatArchive,
     ChatArchive,
     ChatRepository,
-    InvalidDocument,
+    InvalidArgument,
     SchemaNotReady,
     analytics,
 )
+from chatarchive._backends.postgresql import SEARCHED_CHARACTERS
 from chatarchive._schema import PG_SEARCH_INDEXES
-from chatarchive._search import SEARCHED_CHARACTERS
 
 from .analytics_fixture import CHATS
 from .async_shim import in_sync_session
@@ -210,9 +210,9 @@ def test_daily_usage_function(loaded: ChatRepository, session: Session) -> None:
     naive = stats(session, analytics.daily_usage, user_id="u2", since=datetime(2026, 3, 11))  # UTC
     assert [(r.day, r.messages) for r in naive] == [(date(2026, 3, 11), 2)]
     for bad in ("2026-03-11", date(2026, 3, 11)):
-        with pytest.raises(InvalidDocument, match="until must be a datetime") as caught:
+        with pytest.raises(InvalidArgument, match="until must be a datetime") as caught:
             stats(session, analytics.daily_usage, until=bad)
-        assert caught.value.field == "until"
+        assert caught.value.argument == "until"
 
 
 def test_model_and_workflow_usage(loaded: ChatRepository, session: Session) -> None:
@@ -267,9 +267,9 @@ def test_analytics_take_the_archive_itself(archive: ChatArchive) -> None:
     ]
     for function in functions:  # anything else raised AttributeError
         for wrong in (archive.engine, archive.url.render_as_string(), None):
-            with pytest.raises(InvalidDocument, match="source must be a ChatArchive, a Session") as caught:
+            with pytest.raises(InvalidArgument, match="source must be a ChatArchive, a Session") as caught:
                 function(wrong)  # type: ignore[arg-type]
-            assert caught.value.field == "source"
+            assert caught.value.argument == "source"
 
 
 def test_analytics_run_from_asyncio_on_a_connection(
@@ -277,7 +277,7 @@ def test_analytics_run_from_asyncio_on_a_connection(
 ) -> None:
     archive.save_many(CHATS)
     async_archive = AsyncChatArchive(engine=async_engine)
-    with pytest.raises(InvalidDocument, match=r"not AsyncChatArchive \(from asyncio: .*run_sync"):
+    with pytest.raises(InvalidArgument, match=r"not AsyncChatArchive \(from asyncio: .*run_sync"):
         analytics.tool_usage(async_archive)  # type: ignore[arg-type]
 
     async def tools() -> list[analytics.ToolUsage]:
@@ -401,9 +401,9 @@ def test_a_query_of_more_than_64_words_is_refused(loaded: ChatRepository) -> Non
     # could hold a backend for minutes. Punctuation does not count as words.
     assert [h.position for h in loaded.search(" ".join(["primer"] * 64) + " -- & !")] == [3, 4]
     for query in [" ".join(["primer"] * 65), '"' + "primer " * 3000 + '"', "a-" * 65]:
-        with pytest.raises(InvalidDocument) as error:
+        with pytest.raises(InvalidArgument) as error:
             loaded.search(query)
-        assert error.value.field == "query"
+        assert error.value.argument == "query"
         assert "at most 64" in str(error.value)
 
 
@@ -473,7 +473,7 @@ SAMPLING_CHAT = {
 @pytest.fixture
 def few_samples(monkeypatch: pytest.MonkeyPatch) -> None:
     """PostgreSQL's first, sampled search pass takes ~5 index entries a word."""
-    monkeypatch.setattr("chatarchive._search.SAMPLED_MATCHES", 5)
+    monkeypatch.setattr("chatarchive._backends.postgresql.SAMPLED_MATCHES", 5)
 
 
 def save_indexed(archive: ChatArchive, doc: dict[str, Any]) -> None:

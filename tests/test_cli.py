@@ -21,8 +21,8 @@ from click.testing import CliRunner
 from sqlalchemy import URL
 
 from chatarchive import create_engine
-from chatarchive._cli import main
 from chatarchive._schema import SCHEMA_REVISION
+from chatarchive.cli import main
 
 CHATARCHIVE = str(Path(sys.executable).with_name("chatarchive"))
 Run = Callable[..., subprocess.CompletedProcess[str]]
@@ -900,7 +900,7 @@ def test_db_rls_switches_row_level_security(run: Run, dialect: str) -> None:
 def test_alembic_loads_only_for_schema_commands() -> None:
     # Every command starts by importing chatarchive: Alembic (and Mako) would add
     # a third of a second to each.
-    check = "import sys, chatarchive, chatarchive._cli; print(sorted({m.split('.')[0] for m in sys.modules}))"
+    check = "import sys, chatarchive, chatarchive.cli; print(sorted({m.split('.')[0] for m in sys.modules}))"
     loaded = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True).stdout
     assert "'sqlalchemy'" in loaded
     assert "'alembic'" not in loaded
@@ -908,7 +908,7 @@ def test_alembic_loads_only_for_schema_commands() -> None:
 
 
 def test_import_progress_counts_the_bytes_read(tmp_path: Path) -> None:
-    from chatarchive._cli import _records
+    from chatarchive.cli.transfer import records as _records
 
     chats = [{**DOC, "chat_id": f"chat-{n}", "pad": "x" * 400_000} for n in range(30)]
     plain = write(tmp_path / "chats.json", json.dumps(chats))

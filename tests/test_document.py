@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from chatarchive import ChatDocument, InvalidDocument, Message
+from chatarchive import ChatDocument, InvalidArgument, InvalidDocument, Message
 from chatarchive._exceptions import quoted
 from chatarchive._rows import document_from_rows, document_to_rows
 
@@ -307,7 +307,7 @@ def test_bad_documents_are_named_precisely(data: Any, where: dict[str, Any], rea
 
 @pytest.mark.parametrize("not_a_list", [{"role": "user"}, "user", 5, None, True])
 def test_from_openai_refuses_a_non_list(not_a_list: Any) -> None:
-    with pytest.raises(InvalidDocument, match="list"):
+    with pytest.raises(InvalidArgument, match="list"):
         ChatDocument.from_openai(not_a_list)
 
 

@@ -16,7 +16,7 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from sqlalchemy.orm import Session
 
-from chatarchive import ChatArchive, ChatDocument, ChatRepository, InvalidDocument, formats
+from chatarchive import ChatArchive, ChatDocument, ChatRepository, InvalidArgument, InvalidDocument, formats
 from chatarchive.formats import chatgpt, finetune, malevich, masterbrain, sharegpt
 from chatarchive.formats.openai_completions import assemble_chunks, message_from_completion
 
@@ -569,14 +569,14 @@ def test_export_and_import_check_their_arguments() -> None:
     with pytest.raises(InvalidDocument, match="message 0"):
         formats.export({"messages": [{"role": 5}]}, "openai")
     # A format name that is not a string (TypeError: unhashable type) or unknown.
-    with pytest.raises(InvalidDocument, match="format must be a string") as caught:
+    with pytest.raises(InvalidArgument, match="format must be a string") as caught:
         formats.export(record, ["openai"])  # type: ignore[arg-type]
-    assert caught.value.field == "format"
-    with pytest.raises(InvalidDocument, match="format must be a string"):
+    assert caught.value.argument == "format"
+    with pytest.raises(InvalidArgument, match="format must be a string"):
         formats.to_document(record, ["auto"])  # type: ignore[arg-type]
-    with pytest.raises(InvalidDocument, match="unknown export format 'yaml'"):
+    with pytest.raises(InvalidArgument, match="unknown export format 'yaml'"):
         formats.export(record, "yaml")
-    with pytest.raises(InvalidDocument, match="unknown import format 'yaml'"):
+    with pytest.raises(InvalidArgument, match="unknown import format 'yaml'"):
         formats.to_document(record, "yaml")
 
 
@@ -624,7 +624,7 @@ def test_finetune_selection() -> None:
     # since: a naive datetime is UTC (it was compared with aware ones and raised TypeError); a string is refused.
     naive = finetune.Filters(since=datetime(2026, 3, 1, 0, 0, 1))
     assert list(finetune.select(docs[:1], naive, finetune.Selection())) == []
-    with pytest.raises(InvalidDocument, match="since must be a datetime"):
+    with pytest.raises(InvalidArgument, match="since must be a datetime"):
         finetune.Filters(since="2026-03-01")  # type: ignore[arg-type]
     # A chat left without messages once roles are excluded, or without an assistant
     # message, gave a line OpenAI's fine-tuning refuses ({"messages": []}).
@@ -661,15 +661,15 @@ def test_finetune_selection() -> None:
     ],
 )
 def test_finetune_filters_refuse_arguments_of_the_wrong_kind(arguments: dict[str, Any], field: str) -> None:
-    with pytest.raises(InvalidDocument) as caught:
+    with pytest.raises(InvalidArgument) as caught:
         finetune.Filters(**arguments)
-    assert caught.value.field == field
+    assert caught.value.argument == field
 
 
 def test_finetune_lines_refuse_one_role_given_alone() -> None:
     doc = formats.to_document({"chat_id": "c", "messages": [{"role": "system", "content": "s"}]})
     assert finetune.from_document(doc, ["system"]) == {"messages": []}
-    with pytest.raises(InvalidDocument, match="exclude_roles must be a list"):
+    with pytest.raises(InvalidArgument, match="exclude_roles must be a list"):
         finetune.from_document(doc, "system")
 
 
@@ -951,7 +951,7 @@ def test_a_damaged_completion_is_named_with_its_chat(archive: ChatArchive) -> No
 def test_the_cli_imports_and_exports_every_format(tmp_path: Any) -> None:
     from click.testing import CliRunner
 
-    from chatarchive._cli import main
+    from chatarchive.cli import main
 
     url = f"sqlite:///{tmp_path / 'formats.db'}"
     runner = CliRunner()

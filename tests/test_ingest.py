@@ -20,11 +20,12 @@ from chatarchive import (
     ChatArchiveError,
     ChatDocument,
     ChatRepository,
+    InvalidArgument,
     InvalidDocument,
 )
 from chatarchive._rows import ChatRows, document_to_rows
 from chatarchive._schema import PG_SEARCH_INDEXES, metadata
-from chatarchive._workload import generate_chats
+from chatarchive.bench.workload import generate_chats
 
 from .async_shim import in_sync_session
 from .strategies import exact
@@ -162,7 +163,7 @@ def refuse_in_database(monkeypatch: pytest.MonkeyPatch, chat_id: str) -> None:
             rows.parts.append(part_of_no_message(doc.chat_id))
         return rows
 
-    monkeypatch.setattr("chatarchive._ingest.document_to_rows", corrupt)
+    monkeypatch.setattr("chatarchive._repository.batches.document_to_rows", corrupt)
 
 
 def test_a_write_error_is_traced_to_its_document(
@@ -320,9 +321,9 @@ def test_parallel_writers_report_every_error(archive: ChatArchive, monkeypatch: 
 
 
 def test_writers_must_be_one_or_more_and_one_for_a_bulk_load(archive: ChatArchive) -> None:
-    with pytest.raises(InvalidDocument, match="writers"):
+    with pytest.raises(InvalidArgument, match="writers"):
         archive.save_many([], writers=0)
-    with pytest.raises(InvalidDocument, match="one writer"):
+    with pytest.raises(InvalidArgument, match="one writer"):
         archive.save_many([], bulk=True, writers=2)
 
 
@@ -336,10 +337,10 @@ def test_batch_size_is_from_one_to_ten_thousand(
     reason: str,
     bulk: bool,
 ) -> None:
-    with pytest.raises(InvalidDocument, match=reason) as raised:
+    with pytest.raises(InvalidArgument, match=reason) as raised:
         archive.save_many([], batch_size=batch_size, bulk=bulk)
-    assert raised.value.field == "batch_size"
-    with pytest.raises(InvalidDocument, match=reason):
+    assert raised.value.argument == "batch_size"
+    with pytest.raises(InvalidArgument, match=reason):
         runner.run(AsyncChatArchive(engine=async_engine).save_many([], batch_size=batch_size, bulk=bulk))
 
 
@@ -382,7 +383,7 @@ def test_parallel_writers_through_asyncio(
     assert sorted(rows) == [("second", 2)] * 16
     with pytest.raises(InvalidDocument, match="bad"):
         runner.run(async_archive.save_many(copies, batch_size=4, writers=3))
-    with pytest.raises(InvalidDocument, match="one writer"):
+    with pytest.raises(InvalidArgument, match="one writer"):
         runner.run(async_archive.save_many([], bulk=True, writers=2))
 
 
@@ -430,7 +431,7 @@ def test_the_asyncio_api_saves_from_an_async_iterable(
     errors.clear()
     assert runner.run(in_a_transaction()) == 11
     assert errors == [7]
-    with pytest.raises(InvalidDocument, match="batch_size"):
+    with pytest.raises(InvalidArgument, match="batch_size"):
         runner.run(async_archive.save_many(stream(), batch_size=0))
 
 

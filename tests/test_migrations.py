@@ -19,7 +19,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from click.testing import CliRunner
-from sqlalchemy import URL, Column, Integer, MetaData, Table, Text, inspect
+from sqlalchemy import URL, Column, Engine, Integer, MetaData, Table, Text, inspect
 from sqlalchemy.orm import Session
 
 from chatarchive import (
@@ -27,20 +27,36 @@ from chatarchive import (
     ChatArchive,
     ConflictError,
     DatabaseError,
-    InvalidDocument,
+    InvalidArgument,
     SchemaNotReady,
     analytics,
     create_engine,
     is_archive_table,
 )
-from chatarchive._cli import main
-from chatarchive._migrations import alembic_config, check, current_revision, downgrade, upgrade
+from chatarchive._migrations import alembic_config
 from chatarchive._schema import SCHEMA_REVISION, SEARCH_OBJECTS, VERSION_TABLE, metadata
+from chatarchive.cli import main
 
 from .conftest import _libpq
 
 ROOT = Path(__file__).resolve().parent.parent
 VIEWS = {"message_texts", "tool_call_results", "chat_stats", "daily_usage", "feedback_summary"}
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    ChatArchive(engine=engine).upgrade(revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    ChatArchive(engine=engine).downgrade(revision)
+
+
+def current_revision(engine: Engine) -> str | None:
+    return ChatArchive(engine=engine).current_revision()
+
+
+def check(engine: Engine) -> list[str]:
+    return ChatArchive(engine=engine).check()
 
 
 def revisions() -> list[str]:
@@ -107,6 +123,8 @@ def test_an_archive_without_its_search_index_migrates_down_and_up(empty_database
 def test_check_reports_a_database_that_is_behind(empty_database: URL) -> None:
     engine = create_engine(empty_database)
     try:
+        with engine.connect():  # an empty database (a SQLite file is made by connecting)
+            pass
         assert "revision none" in check(engine)[0]
         with pytest.raises(SchemaNotReady, match="chatarchive db upgrade"):
             ChatArchive(engine=engine).get("x")
@@ -215,10 +233,10 @@ def test_an_unknown_revision_is_refused_and_changes_nothing(empty_database: URL)
         archive.upgrade("0004")
         for migrate in (archive.upgrade, archive.downgrade):
             with pytest.raises(
-                InvalidDocument, match=r"'0099' \(revisions: 0001, 0002, .*, head, base\)"
+                InvalidArgument, match=r"'0099' \(revisions: 0001, 0002, .*, head, base\)"
             ) as raised:
                 migrate("0099")
-            assert raised.value.field == "revision"
+            assert raised.value.argument == "revision"
         assert archive.current_revision() == "0004"
 
 
@@ -232,10 +250,10 @@ def test_a_failed_upgrade_of_a_new_sqlite_file_leaves_no_file(tmp_path: Path) ->
 
     with ChatArchive(url) as archive:
         for unreachable in ("0099", "+20", "0099:0001"):
-            with pytest.raises(InvalidDocument, match="revisions: 0001") as raised:
+            with pytest.raises(InvalidArgument, match="revisions: 0001") as raised:
                 archive.upgrade(unreachable)
-            assert raised.value.field == "revision"
-            with pytest.raises(InvalidDocument, match="revisions: 0001"):
+            assert raised.value.argument == "revision"
+            with pytest.raises(InvalidArgument, match="revisions: 0001"):
                 asyncio.run(upgrade_through_asyncio(unreachable))
             assert not path.exists()
         archive.upgrade("+2")  # reachable from an empty database
@@ -349,7 +367,7 @@ def test_migrations_run_from_a_built_wheel(tmp_path: Path, empty_database: URL) 
         archive.extractall(site)
     assert "chatarchive/_alembic/env.py" in names
     assert any(name.startswith("chatarchive/_alembic/versions/") for name in names)
-    code = "from chatarchive._cli import main; main()"
+    code = "from chatarchive.cli import main; main()"
     env = _env_with_url(empty_database) | {"PYTHONPATH": str(site)}
     result = subprocess.run(
         [sys.executable, "-c", code, "db", "upgrade"], cwd=tmp_path, env=env, capture_output=True, text=True
@@ -538,9 +556,9 @@ def test_a_lock_timeout_bounds_each_wait_for_a_lock_but_not_the_turn(
 
 @pytest.mark.parametrize("seconds", [0, -1, 86_400, float("nan"), "5", True])
 def test_an_unusable_lock_timeout_is_refused(archive: ChatArchive, seconds: object) -> None:
-    with pytest.raises(InvalidDocument, match="lock_timeout must be") as raised:
+    with pytest.raises(InvalidArgument, match="lock_timeout must be") as raised:
         archive.upgrade(lock_timeout=seconds)  # type: ignore[arg-type]
-    assert raised.value.field == "lock_timeout"
+    assert raised.value.argument == "lock_timeout"
     if not isinstance(seconds, (str, bool)):
         url = archive.url.render_as_string(hide_password=False)
         result = CliRunner().invoke(main, ["--db", url, "db", "upgrade", "--lock-timeout", str(seconds)])

@@ -21,9 +21,11 @@ from sqlalchemy.orm import Session
 from chatarchive import (
     ChatArchiveError,
     ChatDocument,
+    ChatFilter,
     ChatNotFound,
     ChatRepository,
     ConflictError,
+    InvalidArgument,
     InvalidDocument,
     Message,
 )
@@ -519,7 +521,7 @@ def test_writes_with_or_without_update_returning(
         repo.append("c1", [{"role": "user"}, {"role": "user", "uid": added.uid}])
     with pytest.raises(InvalidDocument, match="unknown message"):
         repo.add_feedback("c1", {"message_uid": "nope", "score": 1})
-    with pytest.raises(InvalidDocument, match="no feedback"):
+    with pytest.raises(InvalidArgument, match="no feedback"):
         repo.delete_feedback("c1", vote.id)
     with pytest.raises(ChatArchiveError):
         repo.complete_message("c1", answer.uid)  # already complete
@@ -587,9 +589,9 @@ def test_truncate_removes_the_last_messages_with_everything_on_them(
     assert repo.get("t").messages == []
     assert repo.search("hi") == []
     for bad in (-1, "1", True, 1.0):
-        with pytest.raises(InvalidDocument, match="keep must be a whole number") as caught:
+        with pytest.raises(InvalidArgument, match="keep must be a whole number") as caught:
             repo.truncate("t", bad)  # type: ignore[arg-type]
-        assert caught.value.field == "keep"
+        assert caught.value.argument == "keep"
     with pytest.raises(ConflictError):
         repo.truncate("t", 0, expected_version=6)
     with pytest.raises(ChatNotFound):
@@ -641,12 +643,12 @@ def test_feedback_is_taken_back_or_changed(repo: ChatRepository, session: Sessio
     repo.add_feedback("c1", {"id": "first", "score": -1})
     assert [(item.id, item.score) for item in repo.get("c1").feedback] == [("last", 5), ("first", -1)]
     before = snapshot(session)
-    with pytest.raises(InvalidDocument, match="no feedback with id 'vote'") as missing:
+    with pytest.raises(InvalidArgument, match="no feedback with id 'vote'") as missing:
         repo.delete_feedback("c1", "vote")
-    assert (missing.value.chat_id, missing.value.field) == ("c1", "feedback_id")
-    with pytest.raises(InvalidDocument) as not_text:
+    assert (missing.value.chat_id, missing.value.argument) == ("c1", "feedback_id")
+    with pytest.raises(InvalidArgument) as not_text:
         repo.delete_feedback("c1", 7)  # type: ignore[arg-type]
-    assert not_text.value.field == "feedback_id"
+    assert not_text.value.argument == "feedback_id"
     with pytest.raises(ConflictError):
         repo.delete_feedback("c1", "last", expected_version=3)
     with pytest.raises(ChatNotFound):
@@ -671,7 +673,7 @@ def test_update(repo: ChatRepository) -> None:
     assert "title" not in back.model_extra  # type: ignore[operator]
     with pytest.raises(InvalidDocument):
         repo.update("u", tags="not a list")  # type: ignore[arg-type]
-    with pytest.raises(InvalidDocument, match="cannot update"):
+    with pytest.raises(InvalidArgument, match="cannot update"):
         repo.update("u", messages=[])  # type: ignore[call-arg]
     with pytest.raises(ChatNotFound):
         repo.update("missing", title="x")
@@ -707,7 +709,7 @@ def test_delete_and_delete_user_remove_every_row(repo: ChatRepository, session: 
 def test_delete_older_than_deletes_by_last_update(
     repo: ChatRepository, session: Session, make_repo: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("chatarchive._repository._DELETE_CHUNK", 2)  # several chunks
+    monkeypatch.setattr("chatarchive._repository.writes._DELETE_CHUNK", 2)  # several chunks
     ages = {"a0": 0, "a1": 10, "a2": 20, "a3": 30, "a4": 40, "b0": 5, "new": 120}
     for chat_id, minutes in ages.items():
         user = "bob" if chat_id.startswith("b") else "alice"
@@ -725,10 +727,10 @@ def test_delete_older_than_deletes_by_last_update(
     assert [chat.chat_id for chat in repo.list_chats().items] == ["new"]
     assert (counts(session)["messages"], counts(session)["feedback"]) == (5, 1)
     for bad in ["2026-01-01", None, T0.date()]:
-        with pytest.raises(InvalidDocument, match="cutoff must be a datetime") as caught:
+        with pytest.raises(InvalidArgument, match="cutoff must be a datetime") as caught:
             repo.delete_older_than(bad)  # type: ignore[arg-type]
-        assert caught.value.field == "cutoff"
-    with pytest.raises(InvalidDocument, match="limit"):
+        assert caught.value.argument == "cutoff"
+    with pytest.raises(InvalidArgument, match="limit"):
         repo.delete_older_than(cutoff, limit=0)
     assert repo.delete_older_than(T0 + timedelta(days=1)) == 1
     assert set(counts(session).values()) == {0}
@@ -739,20 +741,22 @@ def test_delete_older_than_deletes_by_last_update(
 
 def test_time_arguments_must_be_datetimes(repo: ChatRepository) -> None:
     repo.save(tool_chat("c", updated_at=T0))
-    assert [c.chat_id for c in repo.list_chats(since=T0.replace(tzinfo=None)).items] == ["c"]  # naive: UTC
-    assert repo.list_chats(until=T0.replace(tzinfo=None)).items == []
+    assert [c.chat_id for c in repo.list_chats(ChatFilter(since=T0.replace(tzinfo=None))).items] == [
+        "c"
+    ]  # naive: UTC
+    assert repo.list_chats(ChatFilter(until=T0.replace(tzinfo=None))).items == []
     calls: dict[str, Callable[[Any], object]] = {
-        "since": lambda bad: repo.list_chats(since=bad),
-        "until": lambda bad: repo.list_chats(until=bad),
+        "since": lambda bad: repo.list_chats(ChatFilter(since=bad)),
+        "until": lambda bad: repo.list_chats(ChatFilter(until=bad)),
         "search since": lambda bad: repo.search("hi", since=bad),
     }
     for name, call in calls.items():
         for bad in ("2026-01-01", T0.date(), 1767225600):
             # It reached the driver and came back as a DatabaseError about 'tzinfo'.
             field = name.split()[-1]
-            with pytest.raises(InvalidDocument, match=f"{field} must be a datetime") as caught:
+            with pytest.raises(InvalidArgument, match=f"{field} must be a datetime") as caught:
                 call(bad)
-            assert caught.value.field == field
+            assert caught.value.argument == field
     calls["cutoff"] = repo.delete_older_than
     for name, call in calls.items():
         # A time that is no time in UTC failed in the driver: DatabaseError (OverflowError).
@@ -762,10 +766,10 @@ def test_time_arguments_must_be_datetimes(repo: ChatRepository) -> None:
         ):
             field = name.split()[-1]
             with pytest.raises(
-                InvalidDocument, match=f"{field} is out of range once converted to UTC"
+                InvalidArgument, match=f"{field} is out of range once converted to UTC"
             ) as caught:
                 call(bad)
-            assert caught.value.field == field
+            assert caught.value.argument == field
     assert repo.get("c").version == 1
 
 
@@ -783,11 +787,11 @@ def test_id_and_filter_arguments_must_be_strings(repo: ChatRepository) -> None:
         "chat_id append_chunk": lambda bad: repo.append_chunk(bad, "uid", "x"),
         "message_uid append_chunk": lambda bad: repo.append_chunk("7", bad, "x"),
         "message_uid complete_message": lambda bad: repo.complete_message("7", bad),
-        "user_id list_chats": lambda bad: repo.list_chats(user_id=bad),
-        "model list_chats": lambda bad: repo.list_chats(model=bad),
-        "tag list_chats": lambda bad: repo.list_chats(tag=bad),
-        "model export": lambda bad: list(repo.export(model=bad)),
-        "tag export": lambda bad: list(repo.export(tag=bad)),
+        "user_id list_chats": lambda bad: repo.list_chats(ChatFilter(user_id=bad)),
+        "model list_chats": lambda bad: repo.list_chats(ChatFilter(model=bad)),
+        "tag list_chats": lambda bad: repo.list_chats(ChatFilter(tag=bad)),
+        "model export": lambda bad: list(repo.export(ChatFilter(model=bad))),
+        "tag export": lambda bad: list(repo.export(ChatFilter(tag=bad))),
         "user_id delete_older_than": lambda bad: repo.delete_older_than(T0, user_id=bad),
         "query search": lambda bad: repo.search(bad),
         "role search": lambda bad: repo.search("hi", role=bad),
@@ -796,10 +800,10 @@ def test_id_and_filter_arguments_must_be_strings(repo: ChatRepository) -> None:
     for name, call in calls.items():
         field = name.split()[0]
         for bad in (7, ["7"], b"7"):
-            with pytest.raises(InvalidDocument, match=r"must be a string|valid string") as caught:
+            with pytest.raises(InvalidArgument, match=r"must be a string|valid string") as caught:
                 call(bad)
-            assert caught.value.field == field, name
-    with pytest.raises(InvalidDocument, match="chat_ids must be a list of chat ids, not str"):
+            assert caught.value.argument == field, name
+    with pytest.raises(InvalidArgument, match="chat_ids must be a list of chat ids, not str"):
         repo.get_many("7")
     assert repo.get("7").version == 1  # nothing changed
 
@@ -829,18 +833,18 @@ def test_count_and_version_arguments_must_be_whole_numbers(repo: ChatRepository)
     }
     for name, call in calls.items():
         for bad in ("5", 2.5, True, [1]):
-            with pytest.raises(InvalidDocument, match="must be a whole number") as caught:
+            with pytest.raises(InvalidArgument, match="must be a whole number") as caught:
                 call(bad)
-            assert caught.value.field == name.split()[0], name
+            assert caught.value.argument == name.split()[0], name
     for name, call in versioned.items():
         # "1" was compared with the stored 1 and reported as a conflict ("at version 1, not 1").
         for bad in ("1", 1.0, True, -1):
-            with pytest.raises(InvalidDocument, match="expected_version must be a whole number") as caught:
+            with pytest.raises(InvalidArgument, match="expected_version must be a whole number") as caught:
                 call(bad)
-            assert caught.value.field == "expected_version", name
-    with pytest.raises(InvalidDocument, match="on_error must be callable") as caught:
+            assert caught.value.argument == "expected_version", name
+    with pytest.raises(InvalidArgument, match="on_error must be callable") as caught:
         repo.save_many([{"messages": [{"content": "no role"}]}], on_error=5)  # type: ignore[arg-type]
-    assert caught.value.field == "on_error"
+    assert caught.value.argument == "on_error"
     assert repo.get("7").version == 1  # nothing changed
 
 
@@ -851,20 +855,20 @@ def test_collection_and_yes_no_arguments_of_the_wrong_kind_are_refused(repo: Cha
     repo.save(tool_chat("7"))
     bad_docs: list[Any] = [None, {"chat_id": "x", "messages": []}, tool_chat("x"), "x", b"x", 5]
     for bad in bad_docs:
-        with pytest.raises(InvalidDocument, match="docs must be a list of chat documents") as caught:
+        with pytest.raises(InvalidArgument, match="docs must be a list of chat documents") as caught:
             repo.save_many(bad)
-        assert caught.value.field == "docs"
+        assert caught.value.argument == "docs"
     bad_messages: list[Any] = [None, {"role": "user", "content": "x"}, Message(role="user", content="x"), 5]
     for bad in bad_messages:
-        with pytest.raises(InvalidDocument, match="messages must be a list of messages") as caught:
+        with pytest.raises(InvalidArgument, match="messages must be a list of messages") as caught:
             repo.append("7", bad)
-        assert (caught.value.chat_id, caught.value.field) == ("7", "messages")
-    with pytest.raises(InvalidDocument, match="chat_ids must be a list of chat ids, not NoneType"):
+        assert (caught.value.chat_id, caught.value.argument) == ("7", "messages")
+    with pytest.raises(InvalidArgument, match="chat_ids must be a list of chat ids, not NoneType"):
         repo.get_many(None)  # type: ignore[arg-type]
     for flag in ("no", 1, None):
-        with pytest.raises(InvalidDocument, match="bulk must be True or False") as caught:
+        with pytest.raises(InvalidArgument, match="bulk must be True or False") as caught:
             repo.save_many([tool_chat("y")], bulk=flag)  # type: ignore[arg-type]
-        assert caught.value.field == "bulk"
+        assert caught.value.argument == "bulk"
     assert repo.get("7").version == 1  # nothing changed
     assert repo.get_many(["x", "y"]) == []
 
@@ -888,18 +892,18 @@ def test_list_chats_pages_newest_first(repo: ChatRepository) -> None:
         if cursor is None:
             break
     assert seen == ["c6", "c5", "c4", "c3", "c2", "c1", "c0"]
-    assert [c.chat_id for c in repo.list_chats(user_id="alice").items] == ["c5", "c3", "c1"]
-    assert [c.chat_id for c in repo.list_chats(model="m1", tag="even").items] == ["c2", "c0"]
+    assert [c.chat_id for c in repo.list_chats(ChatFilter(user_id="alice")).items] == ["c5", "c3", "c1"]
+    assert [c.chat_id for c in repo.list_chats(ChatFilter(model="m1", tag="even")).items] == ["c2", "c0"]
     assert repo.count_chats() == 7
-    assert repo.count_chats(user_id="alice") == 3
-    assert repo.count_chats(model="m1", tag="even") == 2
-    assert repo.count_chats(since=T0 + timedelta(minutes=1), until=T0 + timedelta(minutes=3)) == 4
-    assert repo.count_chats(tag="none") == 0
-    window = repo.list_chats(since=T0 + timedelta(minutes=1), until=T0 + timedelta(minutes=3))
+    assert repo.count_chats(ChatFilter(user_id="alice")) == 3
+    assert repo.count_chats(ChatFilter(model="m1", tag="even")) == 2
+    assert repo.count_chats(ChatFilter(since=T0 + timedelta(minutes=1), until=T0 + timedelta(minutes=3))) == 4
+    assert repo.count_chats(ChatFilter(tag="none")) == 0
+    window = repo.list_chats(ChatFilter(since=T0 + timedelta(minutes=1), until=T0 + timedelta(minutes=3)))
     assert [c.chat_id for c in window.items] == ["c5", "c4", "c3", "c2"]
     first = repo.list_chats(limit=1).items[0]
     assert (first.message_count, first.version, first.model) == (5, 1, "m2")
-    with pytest.raises(InvalidDocument, match="cursor"):
+    with pytest.raises(InvalidArgument, match="cursor"):
         repo.list_chats(cursor="garbage!")
     # Edited cursors: a time outside UTC's range was a DatabaseError, a chat id
     # that is not a string was read as its str() ('None', '5').
@@ -911,10 +915,10 @@ def test_list_chats_pages_newest_first(repo: ChatRepository) -> None:
         (20260101, "c1"),
     ]:
         edited = base64.urlsafe_b64encode(json.dumps([stamp, chat_id]).encode()).decode()
-        with pytest.raises(InvalidDocument, match="not a cursor returned by list_chats") as caught:
+        with pytest.raises(InvalidArgument, match="not a cursor returned by list_chats") as caught:
             repo.list_chats(cursor=edited)
-        assert caught.value.field == "cursor"
-    with pytest.raises(InvalidDocument):
+        assert caught.value.argument == "cursor"
+    with pytest.raises(InvalidArgument):
         repo.list_chats(limit=0)
 
 
@@ -950,8 +954,8 @@ def test_an_error_quotes_an_id_of_any_length_in_a_line(repo: ChatRepository) -> 
         (lambda: repo.get(huge), ChatNotFound),
         (lambda: repo.delete(huge), ChatNotFound),
         (lambda: repo.save(tool_chat(huge)), InvalidDocument),
-        (lambda: repo.delete_feedback("c1", huge), InvalidDocument),
-        (lambda: repo.complete_message("c1", huge), InvalidDocument),
+        (lambda: repo.delete_feedback("c1", huge), InvalidArgument),
+        (lambda: repo.complete_message("c1", huge), InvalidArgument),
     ]
     for call, error in refusals:
         with pytest.raises(error) as caught:
@@ -1035,18 +1039,25 @@ def test_get_many_and_export(repo: ChatRepository) -> None:
         )
     assert [d.chat_id for d in repo.get_many(["c3", "nope", "c1", "c3"])] == ["c3", "c1"]
     assert [d.chat_id for d in repo.export(batch_size=2)] == [f"c{i}" for i in range(5)]
-    assert [d.chat_id for d in repo.export(user_id="bob")] == ["c3", "c4"]
+    assert [d.chat_id for d in repo.export(ChatFilter(user_id="bob"))] == ["c3", "c4"]
     # since / until bound updated_at, as in list_chats
-    window = repo.export(since=T0 + timedelta(hours=1), until=T0 + timedelta(hours=4), batch_size=2)
+    window = repo.export(
+        ChatFilter(since=T0 + timedelta(hours=1), until=T0 + timedelta(hours=4)), batch_size=2
+    )
     assert [d.chat_id for d in window] == ["c1", "c2", "c3"]
-    assert [d.chat_id for d in repo.export(user_id="alice", since=T0 + timedelta(hours=2))] == ["c2"]
+    assert [d.chat_id for d in repo.export(ChatFilter(user_id="alice", since=T0 + timedelta(hours=2)))] == [
+        "c2"
+    ]
     # model and tag as in list_chats, combined with the others
-    assert [d.chat_id for d in repo.export(model="m1", batch_size=1)] == ["c1", "c3"]
-    assert [d.chat_id for d in repo.export(tag="even", until=T0 + timedelta(hours=4))] == ["c0", "c2"]
-    assert [d.chat_id for d in repo.export(model="m2", tag="even", user_id="bob")] == ["c4"]
-    assert list(repo.export(model="m3")) == []
-    with pytest.raises(InvalidDocument, match="until must be a datetime"):
-        list(repo.export(until="2026-01-01"))  # type: ignore[arg-type]
+    assert [d.chat_id for d in repo.export(ChatFilter(model="m1"), batch_size=1)] == ["c1", "c3"]
+    assert [d.chat_id for d in repo.export(ChatFilter(tag="even", until=T0 + timedelta(hours=4)))] == [
+        "c0",
+        "c2",
+    ]
+    assert [d.chat_id for d in repo.export(ChatFilter(model="m2", tag="even", user_id="bob"))] == ["c4"]
+    assert list(repo.export(ChatFilter(model="m3"))) == []
+    with pytest.raises(InvalidArgument, match="until must be a datetime"):
+        list(repo.export(ChatFilter(until="2026-01-01")))  # type: ignore[arg-type]
 
 
 def test_get_uses_a_fixed_number_of_queries(repo: ChatRepository, session: Session) -> None:

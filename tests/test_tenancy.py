@@ -16,8 +16,10 @@ from chatarchive import (
     AsyncChatArchive,
     ChatArchive,
     ChatArchiveError,
+    ChatFilter,
     ChatNotFound,
     ChatRepository,
+    InvalidArgument,
     InvalidDocument,
     analytics,
 )
@@ -39,8 +41,12 @@ def test_a_user_sees_only_their_chats(two_users: ChatArchive) -> None:
     alice = two_users.for_user("alice")
     assert alice.get("alice-1").title == "primer design"
     assert [c.chat_id for c in alice.list_chats().items] == ["alice-2", "alice-1"]
-    assert alice.list_chats(user_id="bob").items == []
-    assert (alice.count_chats(), alice.count_chats(user_id="bob"), two_users.count_chats()) == (2, 0, 3)
+    assert alice.list_chats(ChatFilter(user_id="bob")).items == []
+    assert (alice.count_chats(), alice.count_chats(ChatFilter(user_id="bob")), two_users.count_chats()) == (
+        2,
+        0,
+        3,
+    )
     assert {hit.chat_id for hit in alice.search("42")} == {"alice-1", "alice-2"}
     assert alice.search("42", user_id="bob") == []
     assert [d.chat_id for d in alice.export()] == ["alice-1", "alice-2"]
@@ -117,7 +123,7 @@ def test_a_user_id_that_names_nobody_is_refused(
         lambda: runner.run(async_archive.delete_user(nobody)),
         lambda: ChatRepository(Session(), user_id=""),
     ):
-        with pytest.raises(InvalidDocument, match="user_id must be a non-empty string"):
+        with pytest.raises(InvalidArgument, match="user_id must be a non-empty string"):
             attempt()
     assert len(two_users.list_chats().items) == 4
 

@@ -27,8 +27,9 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from chatarchive._arguments import require_text
 from chatarchive._document import ChatDocument
-from chatarchive._exceptions import InvalidDocument, require_text
+from chatarchive._exceptions import InvalidArgument, InvalidDocument
 
 from . import canonical, chatgpt, finetune, malevich, masterbrain, openai_messages, sharegpt
 
@@ -82,7 +83,7 @@ def to_document(data: Any, format: str = "auto") -> ChatDocument:
     name = detect(data) if require_text(format, "format") == "auto" else format
     adapter = IMPORT_FORMATS.get(name)
     if adapter is None:
-        raise InvalidDocument(f"unknown import format {format!r}", field="format")
+        raise InvalidArgument(f"unknown import format {format!r}", argument="format")
     document: ChatDocument = adapter.to_document(data)
     if "chat_id" not in document.model_fields_set:
         _identify_by_content(document, data)
@@ -124,5 +125,5 @@ def export(doc: ChatDocument | Mapping[str, Any], format: str) -> Any:
         InvalidDocument: for an unknown format or a document that is not valid.
     """
     if require_text(format, "format") not in EXPORT_FORMATS:
-        raise InvalidDocument(f"unknown export format {format!r}", field="format")
+        raise InvalidArgument(f"unknown export format {format!r}", argument="format")
     return EXPORT_FORMATS[format](ChatDocument.parse(doc))

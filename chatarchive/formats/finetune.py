@@ -18,15 +18,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from chatarchive._arguments import is_real_number, optional_moment, optional_text, require_many, require_text
 from chatarchive._document import ChatDocument
-from chatarchive._exceptions import (
-    InvalidDocument,
-    is_real_number,
-    optional_moment,
-    optional_text,
-    require_many,
-    require_text,
-)
+from chatarchive._exceptions import InvalidArgument
 
 __all__ = ["Filters", "Selection", "from_document", "select", "unanswered_tool_calls"]
 
@@ -74,7 +68,7 @@ class Filters:
     def __post_init__(self) -> None:
         score = self.min_score
         if score is not None and (not is_real_number(score) or not math.isfinite(score)):
-            raise InvalidDocument(f"min_score must be a finite number, not {score!r}", field="min_score")
+            raise InvalidArgument(f"min_score must be a finite number, not {score!r}", argument="min_score")
         optional_text(self.model, "model")
         object.__setattr__(self, "since", optional_moment(self.since, "since"))
         object.__setattr__(self, "exclude_roles", _roles(self.exclude_roles))

@@ -25,7 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from chatarchive._exceptions import InvalidDocument, is_whole_number
+from chatarchive._arguments import is_whole_number
+from chatarchive._exceptions import InvalidArgument, InvalidDocument
 
 from ._seconds import time_of
 
@@ -48,7 +49,9 @@ def message_from_completion(completion: Any, *, choice: int = 0) -> dict[str, An
     """The assistant message of one choice of a completion (or of a list of
     streamed chunks), ready for :meth:`ChatRepository.append`."""
     if not is_whole_number(choice):
-        raise InvalidDocument(f"choice must be a whole number, not {type(choice).__name__}", field="choice")
+        raise InvalidArgument(
+            f"choice must be a whole number, not {type(choice).__name__}", argument="choice"
+        )
     if isinstance(completion, (list, tuple)):
         completion = assemble_chunks(completion)
     data = _plain(completion)

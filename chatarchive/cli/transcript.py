@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from rich.console import Group
 from rich.text import Text
 
-from ._document import ChatDocument, ContentPart, Message, ToolCall, ToolFunction
+from chatarchive._document import ChatDocument, ContentPart, Message, ToolCall, ToolFunction
 
-__all__ = ["literal", "printable", "render_transcript"]
+from .rendering import literal, printable
+
+__all__ = ["render_transcript"]
 
 _ROLE_STYLES = {
     "system": "magenta",
@@ -22,26 +23,6 @@ _ROLE_STYLES = {
     "function": "yellow",
 }
 _PREVIEW = 300
-_CONTROLS = re.compile(r"\r\n|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    """``text`` safe to show on a terminal: control characters, escape
-    sequences among them, shown as ``\\xNN`` instead of reaching the terminal
-    (stored chats hold whatever users and models wrote). Newlines and tabs are
-    kept, ``\\r\\n`` becomes a newline."""
-    return _CONTROLS.sub(_visible, text)
-
-
-def _visible(match: re.Match[str]) -> str:
-    control = match.group()
-    return "\n" if control == "\r\n" else f"\\x{ord(control):02x}"
-
-
-def literal(text: str, style: str = "") -> Text:
-    """``text`` for the console as it is: never read as markup or emoji codes,
-    control characters made visible (:func:`printable`)."""
-    return Text(printable(text), style=style)
 
 
 def render_transcript(doc: ChatDocument) -> Group:

@@ -26,14 +26,15 @@ from typing import Any
 
 from sqlalchemy import URL, Engine, make_url, text
 
-from ._archive import ChatArchive
-from ._async import AsyncChatArchive
-from ._document import ChatDocument
-from ._engine import create_engine, database_url
-from ._ingest import copy_plan
-from ._rows import ChatRows, document_to_rows
-from ._schema import PG_SEARCH_INDEXES, metadata
-from ._workload import generate_chats
+from chatarchive._api import AsyncChatArchive, ChatArchive
+from chatarchive._backends import backend_of
+from chatarchive._backends.postgresql import bare_connection, copy_prepared, copy_values
+from chatarchive._document import ChatDocument, ChatFilter
+from chatarchive._engine import create_engine, database_url
+from chatarchive._rows import ChatRows, document_to_rows
+from chatarchive._schema import PG_SEARCH_INDEXES, metadata
+
+from .workload import generate_chats, search_terms
 
 __all__ = ["BenchReport", "run_bench"]
 
@@ -157,16 +158,13 @@ def _database(url: URL, *, keep: bool) -> Iterator[URL]:
         with tempfile.TemporaryDirectory(prefix="chatarchive-bench-") as directory:
             yield make_url(f"sqlite:///{Path(directory) / 'bench.db'}")
         return
-    import psycopg
-
     name = f"chatarchive_bench_{uuid.uuid4().hex[:10]}"
-    server = url.set(drivername="postgresql").render_as_string(hide_password=False)
-    with psycopg.connect(server, autocommit=True) as admin:
+    with bare_connection(url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     try:
         yield url.set(database=name)
     finally:
-        with psycopg.connect(server, autocommit=True) as admin:
+        with bare_connection(url, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
@@ -211,7 +209,8 @@ class _Bench:
         self.runs = runs
         self.rng = random.Random(seed + 1)
         self.progress = progress
-        self.postgres = engine.dialect.name == "postgresql"
+        # The reference designs (raw COPY, JSONB documents) are PostgreSQL's.
+        self.postgres = backend_of(engine).name == "postgresql"
         #: The schema the archive's tables are in (its search path's first; not
         #: always public), quoted for SQL.
         self.schema = self._schema() if self.postgres else ""
@@ -385,36 +384,19 @@ class _Bench:
             "tool_calls": [c for r in rows for c in r.tool_calls],
             "feedback": [f for r in rows for f in r.feedback],
         }
-        plans = {table.name: copy_plan(table) for table in metadata.sorted_tables}
         prepared = {
-            name: [tuple(row[column] for column in plans[name].columns) for row in table_rows]
-            for name, table_rows in tables.items()
+            name: copy_values(metadata.tables[name], table_rows) for name, table_rows in tables.items()
         }
-        from psycopg.types.json import Jsonb
-
-        for table_rows in prepared.values():
-            for index, row in enumerate(table_rows):
-                table_rows[index] = tuple(Jsonb(value) if type(value) is dict else value for value in row)
         with self._driver() as connection:
             start = time.perf_counter()
-            with connection.cursor() as cursor:
-                for name in (table for table in _TABLES if table in prepared):
-                    plan = plans[name]
-                    with cursor.copy(
-                        plan.statement.replace(f"COPY {name} ", f"COPY {schema}.{name} ", 1)
-                    ) as copy:
-                        copy.set_types(plan.types)
-                        for row in prepared[name]:
-                            copy.write_row(row)
+            for name in (table for table in _TABLES if table in prepared):
+                copy_prepared(connection, metadata.tables[name], prepared[name], schema=schema)
             connection.commit()
             return time.perf_counter() - start
 
     @contextmanager
     def _driver(self) -> Iterator[Any]:
-        import psycopg
-
-        url = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-        with psycopg.connect(url) as connection:
+        with bare_connection(self.engine.url) as connection:
             yield connection
 
     def _time_jsonb_per_chat(self) -> float:
@@ -471,7 +453,9 @@ class _Bench:
         users = sorted({doc["user_id"] for doc in self.docs})
         picks = [self.rng.choice(users) for _ in range(samples)]
         self.figures["list_chats_median_ms"] = _median(
-            self._timed("list_chats", picks, lambda user: self.archive.list_chats(user_id=user, limit=20))
+            self._timed(
+                "list_chats", picks, lambda user: self.archive.list_chats(ChatFilter(user_id=user), limit=20)
+            )
         )
 
         for size in (10, 1000):
@@ -543,8 +527,7 @@ class _Bench:
 
     def _analytics(self) -> None:
         """Each view's full aggregate, each README query, and full-text searches."""
-        from ._workload import search_terms
-        from .analytics import READY_QUERIES
+        from chatarchive.analytics import READY_QUERIES
 
         queries = {f"view_{name}_ms": sql for name, sql in VIEW_AGGREGATES.items()}
         queries |= {f"query_{name}_ms": sql for name, sql in READY_QUERIES.items()}

@@ -1,0 +1,229 @@
+"""Reads: whole documents, chat listings, counts, search and export."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from sqlalchemy import func, literal, select, tuple_
+
+from chatarchive._arguments import (
+    fits_utc,
+    optional_moment,
+    optional_text,
+    require_at_least_one,
+    require_many,
+    require_text,
+)
+from chatarchive._document import ChatDocument, ChatFilter, ChatPage, ChatSummary
+from chatarchive._exceptions import ChatNotFound, InvalidArgument
+from chatarchive._schema import metadata
+from chatarchive._search import SearchFilters, SearchHit, check_query
+from chatarchive._types import ArchiveText, UTCDateTime
+
+from .plans import Emit, FaceFacts, Kind, Step, Stream
+from .unit import NOBODY, Unit, scoped_user
+
+__all__ = ["chat_ids", "count_chats", "export", "get", "get_many", "list_chats", "requested_ids", "search"]
+
+chats = metadata.tables["chats"]
+chat_tags = metadata.tables["chat_tags"]
+
+_SUMMARY_COLUMNS = (
+    chats.c.chat_id,
+    chats.c.user_id,
+    chats.c.title,
+    chats.c.model,
+    chats.c.created_at,
+    chats.c.updated_at,
+    chats.c.message_count,
+    chats.c.version,
+)
+
+
+def get(unit: Unit, /, chat_id: str) -> ChatDocument:
+    """The stored chat, with ``version`` set.
+
+    Raises:
+        ChatNotFound: no such chat.
+    """
+    found = get_many(unit, [chat_id])
+    if not found:
+        raise ChatNotFound(chat_id)
+    return found[0]
+
+
+def get_many(unit: Unit, /, chat_ids: Iterable[str]) -> list[ChatDocument]:
+    """Stored chats in the order asked, unknown ids skipped; a fixed number of
+    queries however many messages there are (PostgreSQL: one; SQLite: one per
+    table for every 10,000 chats)."""
+    wanted = requested_ids(chat_ids)
+    if not wanted:
+        return []
+    with unit.reading():
+        return unit.backend.load_documents(unit.executor, wanted, user_id=unit.user_id)
+
+
+def requested_ids(chat_ids: Iterable[str]) -> list[str]:
+    """The chat ids asked for, each once, in order. A string is refused: it
+    is one id, not a list of them (its characters would be looked up)."""
+    require_many(chat_ids, "chat_ids", "chat ids")
+    return list(dict.fromkeys(require_text(chat_id, "chat_id") for chat_id in chat_ids))
+
+
+def list_chats(
+    unit: Unit, /, where: ChatFilter | None = None, *, limit: int = 50, cursor: str | None = None
+) -> ChatPage:
+    """Chat summaries, most recently updated first, a page at a time.
+
+    Args:
+        where: which chats (all of them when not given).
+        limit: how many at most.
+        cursor: the ``next_cursor`` of the page before, for the page after it.
+    """
+    require_at_least_one(limit, "limit")
+    query = _chats_where(unit, select(*_SUMMARY_COLUMNS), where)
+    if cursor is not None:
+        after_time, after_id = _decode_cursor(cursor)
+        query = query.where(
+            tuple_(chats.c.updated_at, chats.c.chat_id)
+            < tuple_(literal(after_time, UTCDateTime()), literal(after_id, ArchiveText()))
+        )
+    query = query.order_by(chats.c.updated_at.desc(), chats.c.chat_id.desc()).limit(limit + 1)
+    with unit.reading():
+        rows = unit.execute(query).mappings().all()
+    items = [ChatSummary.model_validate(dict(row)) for row in rows[:limit]]
+    next_cursor = None
+    if len(rows) > limit:
+        last = items[-1]
+        next_cursor = _encode_cursor(last.updated_at, last.chat_id)
+    return ChatPage(items=items, next_cursor=next_cursor)
+
+
+def count_chats(unit: Unit, /, where: ChatFilter | None = None) -> int:
+    """How many chats ``where`` selects (all of them when not given)."""
+    query = _chats_where(unit, select(func.count()).select_from(chats), where)
+    with unit.reading():
+        return int(unit.execute(query).scalar_one())
+
+
+def chat_ids(
+    unit: Unit, /, where: ChatFilter | None = None, *, after: str | None = None, limit: int = 100
+) -> list[str]:
+    """Chat ids in ascending order, ``limit`` at a time after ``after``, of
+    the chats ``where`` selects."""
+    require_at_least_one(limit, "limit")
+    optional_text(after, "after")
+    query = _chats_where(unit, select(chats.c.chat_id).order_by(chats.c.chat_id).limit(limit), where)
+    if after is not None:
+        query = query.where(chats.c.chat_id > after)
+    with unit.reading():
+        return list(unit.execute(query).scalars())
+
+
+def export(
+    face: FaceFacts, /, where: ChatFilter | None = None, *, batch_size: int = 100
+) -> Stream[ChatDocument]:
+    """Every chat ``where`` selects (all of them when not given), whole, in
+    ``chat_id`` order, read ``batch_size`` chats at a time. An archive reads
+    each batch in a transaction of its own, so none stays open between
+    batches; ``where=ChatFilter(until=cutoff)`` exports what
+    ``delete_older_than(cutoff)`` would delete."""
+    require_at_least_one(batch_size, "batch_size")
+    _check_filter(where)
+    after: str | None = None
+    while batch := (yield Step(Kind.READ, partial(chat_ids, where=where, after=after, limit=batch_size))):
+        documents = yield Step(Kind.READ, partial(get_many, chat_ids=batch))
+        yield Emit(documents)
+        after = batch[-1]
+
+
+def search(
+    unit: Unit,
+    /,
+    query: str,
+    *,
+    user_id: str | None = None,
+    role: str | None = None,
+    model: str | None = None,
+    since: datetime | None = None,
+    limit: int = 20,
+) -> list[SearchHit]:
+    """Messages whose text matches ``query``, best first, one hit per message.
+
+    ``query`` takes web-search syntax: words (all must match), "quoted
+    phrases", ``-word`` to exclude, ``or`` between alternatives. Input is never
+    SQL; a query with nothing searchable in it finds nothing, and one of more
+    than 64 words is refused (its snippets would take seconds). ``model``
+    matches the chat's or the message's model; ``since`` bounds the message's
+    ``created_at``.
+
+    Raises:
+        InvalidArgument: an argument of the wrong kind, or a query of more
+            than 64 words.
+        SchemaNotReady: the archive's search index is off (``set_search_index``).
+    """
+    require_at_least_one(limit, "limit")
+    since = optional_moment(since, "since")
+    check_query(require_text(query, "query"))
+    role, model = optional_text(role, "role"), optional_text(model, "model")
+    user = scoped_user(unit.user_id, user_id)
+    if user is NOBODY:
+        return []
+    filters = SearchFilters(user_id=user, role=role, model=model, since=since)
+    with unit.reading():
+        return unit.backend.search(unit.executor, query.replace("\x00", " "), filters, limit=limit)
+
+
+def _check_filter(where: object) -> None:
+    if where is not None and not isinstance(where, ChatFilter):
+        raise InvalidArgument(f"where must be a ChatFilter, not {type(where).__name__}", argument="where")
+
+
+def _chats_where(unit: Unit, /, query: Any, where: ChatFilter | None) -> Any:
+    """``query`` over ``chats``, kept to the chats the unit may see that
+    ``where`` selects."""
+    _check_filter(where)
+    where = where or ChatFilter()
+    query = unit.only_chats_of(query, where.user_id)
+    if where.model is not None:
+        query = query.where(chats.c.model == where.model)
+    if where.tag is not None:
+        query = query.where(
+            select(chat_tags.c.chat_id)
+            .where(chat_tags.c.chat_id == chats.c.chat_id, chat_tags.c.tag == where.tag)
+            .exists()
+        )
+    if where.since is not None:
+        query = query.where(chats.c.updated_at >= where.since)
+    if where.until is not None:
+        query = query.where(chats.c.updated_at < where.until)
+    return query
+
+
+def _encode_cursor(updated_at: datetime, chat_id: str) -> str:
+    raw = json.dumps([updated_at.isoformat(), chat_id], ensure_ascii=False).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: object) -> tuple[datetime, str]:
+    """The ``(updated_at, chat_id)`` a cursor of :func:`_encode_cursor` holds;
+    anything else (a cursor edited by hand) is refused, not half-read."""
+    try:
+        if not isinstance(cursor, str):
+            raise TypeError
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        stamp, chat_id = json.loads(raw)
+        if not isinstance(stamp, str) or not isinstance(chat_id, str):
+            raise TypeError
+        moment = datetime.fromisoformat(stamp)
+        if not fits_utc(moment):
+            raise ValueError
+        return moment, chat_id
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+        raise InvalidArgument("not a cursor returned by list_chats", argument="cursor") from None

@@ -1,0 +1,207 @@
+"""Streaming: a message stored while a model writes it, a chunk at a time.
+
+``begin_message`` stores the message at once, not completed; each
+``append_chunk`` is one insert into ``message_chunks``, whatever came before;
+``complete_message`` folds the chunks into the message's content and tool
+calls. A crash mid-answer leaves every chunk received in the archive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+from sqlalchemy import Integer, Table, func, insert, literal, select
+from sqlalchemy import delete as delete_rows
+from sqlalchemy import update as update_rows
+
+from chatarchive._arguments import is_whole_number, require_text
+from chatarchive._document import DEFAULT_LIMITS, Message, parse_messages
+from chatarchive._exceptions import InvalidArgument, InvalidDocument, quoted
+from chatarchive._rows import fold_chunks, message_from_rows, messages_to_rows
+from chatarchive._schema import DOCUMENT_ORDER, metadata
+from chatarchive._types import ArchiveText
+
+from .unit import Unit, now
+from .writes import append, bump, require_chat
+
+__all__ = ["append_chunk", "begin_message", "complete_message", "record_completion"]
+
+chats = metadata.tables["chats"]
+messages = metadata.tables["messages"]
+content_parts = metadata.tables["content_parts"]
+tool_calls = metadata.tables["tool_calls"]
+message_chunks = metadata.tables["message_chunks"]
+
+
+def record_completion(unit: Unit, /, chat_id: str, completion: Any, *, choice: int = 0) -> Message:
+    """Append the assistant message of an OpenAI chat completion.
+
+    ``completion`` is a completion (a dict, or an object of the ``openai``
+    package) or a list of its streamed chunks; ``choice`` picks one choice
+    when there are several. The message keeps the model, finish reason,
+    token usage, the response's id, and every other key of the completion
+    and the choice (see :mod:`chatarchive.formats.openai_completions`).
+
+    Returns:
+        The stored message.
+    """
+    from chatarchive.formats.openai_completions import message_from_completion
+
+    try:
+        recorded = message_from_completion(completion, choice=choice)
+    except InvalidDocument as exc:
+        raise InvalidDocument(exc.reason, chat_id=chat_id, field=exc.field) from None
+    (message,) = append(unit, chat_id, [recorded])
+    return message
+
+
+def begin_message(
+    unit: Unit, /, chat_id: str, role: str = "assistant", uid: str | None = None, **fields: Any
+) -> Message:
+    """Start a message that will arrive in chunks: it is stored at once with
+    ``completed`` false and empty content (or ``fields["content"]``).
+
+    Returns:
+        The stored message (its ``uid`` is what the chunks name).
+    """
+    message: dict[str, Any] = {"content": "", **fields, "role": role, "completed": False}
+    if uid is not None:
+        message["uid"] = uid
+    (stored,) = append(unit, chat_id, [message])
+    return stored
+
+
+def append_chunk(
+    unit: Unit, /, chat_id: str, message_uid: str, chunk: str, *, tool_call_index: int | None = None
+) -> None:
+    """Store one streamed chunk of a message begun with ``begin_message``: one
+    insert, whatever was received before (earlier text is never rewritten).
+    ``tool_call_index`` makes it a fragment of that tool call's arguments (a
+    custom call's ``input``) instead of content text.
+
+    Raises:
+        InvalidDocument: a chunk that is not text the archive can hold.
+        InvalidArgument: an unknown or completed message, or a bad ``tool_call_index``.
+    """
+    require_text(chat_id, "chat_id")
+    require_text(message_uid, "message_uid")
+    if not isinstance(chunk, str):
+        raise InvalidDocument("a chunk is a string", chat_id=chat_id, field="chunk")
+    # The chunk must be text the archive can hold (valid Unicode, within the limits).
+    try:
+        parse_messages([{"role": "chunk", "content": chunk}], chat_id=chat_id, limits=unit.limits)
+    except InvalidDocument as exc:
+        raise InvalidDocument(exc.reason, chat_id=chat_id, field="chunk") from None
+    if tool_call_index is not None:
+        _check_tool_call_index(unit, chat_id, tool_call_index)
+    target = unit.scoped(
+        select(messages.c.chat_id, messages.c.position)
+        .join(chats, chats.c.chat_id == messages.c.chat_id)
+        .where(messages.c.chat_id == chat_id, messages.c.uid == message_uid, messages.c.completed.is_(False))
+    ).subquery()
+    following = (
+        select(func.coalesce(func.max(message_chunks.c.position) + 1, 0))
+        .where(
+            message_chunks.c.chat_id == target.c.chat_id,
+            message_chunks.c.message_position == target.c.position,
+        )
+        .scalar_subquery()
+    )
+    statement = insert(message_chunks).from_select(
+        ["chat_id", "message_position", "position", "tool_call_index", "text"],
+        select(
+            target.c.chat_id,
+            target.c.position,
+            following,
+            literal(tool_call_index, Integer()),
+            literal(chunk, ArchiveText()),
+        ),
+    )
+    # One statement: no savepoint needed, it changes all or nothing.
+    with unit.reading():
+        inserted = unit.execute(statement.returning(message_chunks.c.position)).first()
+    if inserted is None:
+        _explain_missing_message(unit, chat_id, message_uid)
+
+
+def _check_tool_call_index(unit: Unit, /, chat_id: str, index: object) -> None:
+    if not is_whole_number(index) or index < 0:
+        raise InvalidArgument(
+            "tool_call_index must be a whole number >= 0", argument="tool_call_index", chat_id=chat_id
+        )
+    most = (unit.limits or DEFAULT_LIMITS).max_tool_calls
+    if index >= most:  # reading the message makes a call for every index up to this one
+        raise InvalidArgument(
+            f"tool_call_index {index} is past the last of the {most} tool calls a message may have",
+            argument="tool_call_index",
+            chat_id=chat_id,
+        )
+
+
+def complete_message(unit: Unit, /, chat_id: str, message_uid: str, **fields: Any) -> Message:
+    """Finish a streamed message: fold its chunks into its content (and tool
+    call arguments), set ``completed`` and any given fields (``model``,
+    ``finish_reason``, ``usage``...), and drop the chunks, in one transaction.
+
+    Returns:
+        The completed message.
+
+    Raises:
+        InvalidArgument: an unknown or completed message.
+        InvalidDocument: fragments for a tool call that cannot take text
+            (unless ``tool_calls`` is given), or a message that is not valid.
+    """
+    require_text(message_uid, "message_uid")
+    moment = now()
+    with unit.writing():
+        bump(unit, chat_id, None, moment)
+        found = (
+            unit.execute(select(messages).where(messages.c.chat_id == chat_id, messages.c.uid == message_uid))
+            .mappings()
+            .first()
+        )
+        if found is None or found["completed"]:
+            _explain_missing_message(unit, chat_id, message_uid)
+        position = found["position"]
+
+        def rows_of(table: Table) -> list[Mapping[Any, Any]]:
+            query = select(table).where(table.c.chat_id == chat_id, table.c.message_position == position)
+            return list(unit.execute(query.order_by(*DOCUMENT_ORDER[table])).mappings())
+
+        data = message_from_rows(found, rows_of(content_parts), rows_of(tool_calls))
+        unfolded = fold_chunks(data, rows_of(message_chunks))
+        if unfolded and "tool_calls" not in fields:
+            raise InvalidDocument(
+                "the streamed fragments cannot be added to a tool call that is not an object with "
+                "string text; give tool_calls=... to replace the calls",
+                chat_id=chat_id,
+                message_index=position,
+                field=unfolded[0],
+            )
+        data.update(fields)
+        data["completed"] = True
+        message = parse_messages([data], chat_id=chat_id, first_index=position, limits=unit.limits)[0]
+        rows = messages_to_rows(chat_id, [message], first_position=position, now=moment)
+        for table in (message_chunks, content_parts, tool_calls):
+            unit.execute(
+                delete_rows(table).where(table.c.chat_id == chat_id, table.c.message_position == position)
+            )
+        unit.execute(
+            update_rows(messages)
+            .where(messages.c.chat_id == chat_id, messages.c.position == position)
+            .values(rows.messages[0])
+        )
+        unit.insert(content_parts, rows.parts)
+        unit.insert(tool_calls, rows.tool_calls)
+    return message
+
+
+def _explain_missing_message(unit: Unit, /, chat_id: str, message_uid: str) -> NoReturn:
+    require_chat(unit, chat_id)
+    with unit.reading():
+        completed = unit.execute(
+            select(messages.c.completed).where(messages.c.chat_id == chat_id, messages.c.uid == message_uid)
+        ).scalar()
+    reason = "the message is already complete" if completed else f"no message with uid {quoted(message_uid)}"
+    raise InvalidArgument(reason, argument="message_uid", chat_id=chat_id)

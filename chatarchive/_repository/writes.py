@@ -1,0 +1,514 @@
+"""Writes: save, append, feedback, update, truncate and delete.
+
+Each is a function of a :class:`~.unit.Unit`; a write locks (or bumps) its
+chat's row first, so that writes to one chat take turns and its ``version``
+counts every one of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from functools import partial
+from typing import Any, TypedDict, Unpack
+
+from sqlalchemy import case, func, select, true
+from sqlalchemy import delete as delete_rows
+from sqlalchemy import update as update_rows
+
+from chatarchive._arguments import (
+    is_whole_number,
+    optional_text,
+    require_at_least_one,
+    require_many,
+    require_moment,
+    require_text,
+    require_user_id,
+    require_version,
+)
+from chatarchive._document import ChatDocument, Feedback, Message, parse_feedback, parse_messages
+from chatarchive._exceptions import ChatNotFound, ConflictError, InvalidArgument, InvalidDocument, quoted
+from chatarchive._rows import (
+    CHAT_ORDERED,
+    MessageRows,
+    chat_ordered_json,
+    document_to_rows,
+    feedback_to_row,
+    messages_to_rows,
+)
+from chatarchive._schema import in_pieces, metadata
+
+from .plans import FaceFacts, Kind, Plan, Step
+from .unit import NOBODY, Unit, now, scoped_user
+
+__all__ = [
+    "CREATE_ATTEMPTS",
+    "ChatChanges",
+    "add_feedback",
+    "append",
+    "bump",
+    "delete",
+    "delete_children",
+    "delete_feedback",
+    "delete_older_than",
+    "delete_user",
+    "insert_messages",
+    "lock",
+    "require_chat",
+    "save",
+    "touch",
+    "truncate",
+    "update",
+]
+
+chats = metadata.tables["chats"]
+chat_tags = metadata.tables["chat_tags"]
+messages_table = metadata.tables["messages"]
+content_parts = metadata.tables["content_parts"]
+tool_calls = metadata.tables["tool_calls"]
+feedback_table = metadata.tables["feedback"]
+message_chunks = metadata.tables["message_chunks"]
+
+#: How often a write looks for a chat that another writer keeps creating (and
+#: deleting) between its lookup and its insert before it gives up.
+CREATE_ATTEMPTS = 3
+
+#: Chats deleted per statement by ``delete_older_than``.
+_DELETE_CHUNK = 500
+
+# Children first, so that deleting never trips a foreign key.
+_CHILD_TABLES = (feedback_table, message_chunks, content_parts, tool_calls, messages_table, chat_tags)
+
+
+class ChatChanges(TypedDict, total=False):
+    """Chat fields that ``update`` can change; ``None`` clears one."""
+
+    user_id: str | None
+    title: str | None
+    model: str | None
+    model_settings: dict[str, Any] | None
+    workflow: dict[str, Any] | None
+    metadata: dict[str, Any] | None
+    tags: list[str]
+
+
+def save(unit: Unit, /, doc: ChatDocument | Mapping[str, Any], *, expected_version: int | None = None) -> int:
+    """Insert a chat, or replace the stored chat with the same ``chat_id``.
+
+    Args:
+        doc: the document (or its canonical JSON as a mapping).
+        expected_version: if given, the version the stored chat must have
+            (``0``: the chat must not exist yet).
+
+    Returns:
+        The chat's new version.
+
+    Raises:
+        InvalidDocument: the document is not valid.
+        ConflictError: the stored version is not ``expected_version``.
+    """
+    require_version(expected_version)
+    doc = unit.owned(ChatDocument.parse(doc, limits=unit.limits))
+    with unit.writing():
+        for _ in range(CREATE_ATTEMPTS):
+            current = _lock_row(unit, doc.chat_id)
+            if current is not None and not unit.visible(current):
+                raise ChatNotFound(doc.chat_id)
+            stored = 0 if current is None else current["version"]
+            if expected_version is not None and stored != expected_version:
+                raise ConflictError(f"chat {doc.chat_id!r} is at version {stored}, not {expected_version}")
+            rows = document_to_rows(doc, now=now(), version=stored + 1)
+            if current is None:
+                if not unit.backend.create_chat(unit.executor, rows.chat):
+                    continue  # another writer created the chat after the lock found none: replace it
+            else:
+                delete_children(unit, chats.c.chat_id == doc.chat_id)
+                unit.execute(update_rows(chats).where(chats.c.chat_id == doc.chat_id).values(rows.chat))
+            unit.insert(chat_tags, rows.tags)
+            insert_messages(unit, rows)
+            unit.insert(feedback_table, rows.feedback)
+            return stored + 1
+    if unit.user_id is not None:  # there, but row-level security hides it: another user's
+        raise ChatNotFound(doc.chat_id)
+    raise ConflictError(f"chat {doc.chat_id!r} keeps being created by another writer; try again")
+
+
+def append(
+    unit: Unit,
+    /,
+    chat_id: str,
+    messages: Iterable[Message | Mapping[str, Any]],
+    *,
+    expected_version: int | None = None,
+) -> list[Message]:
+    """Add messages at the end of a chat, without touching earlier rows.
+
+    Errors name the message by its index in ``messages``.
+
+    Returns:
+        The messages as stored (uids and timestamps filled in).
+    """
+    require_many(messages, "messages", "messages", chat_id=chat_id)
+    messages = list(messages)  # read twice: parsed, then for the uids they came with
+    parsed = parse_messages(messages, chat_id=chat_id, limits=unit.limits)
+    seen: set[str] = set()
+    for index, message in enumerate(parsed):
+        if message.uid in seen:
+            raise InvalidDocument(
+                f"duplicate message uid {message.uid!r}", chat_id=chat_id, message_index=index, field="uid"
+            )
+        seen.add(message.uid)
+    if not parsed:
+        require_chat(unit, chat_id)
+        return []
+    # A uid generated here (for a mapping without one) is a new random UUID that no
+    # stored message has: only the uids that came with the messages are looked up.
+    given = [
+        message.uid
+        for raw, message in zip(messages, parsed, strict=True)
+        if not (isinstance(raw, Mapping) and "uid" not in raw)
+    ]
+    moment = now()
+    with unit.writing():
+        count = bump(unit, chat_id, expected_version, moment, len(parsed))["message_count"]
+        taken = None
+        for uids in in_pieces(given):
+            stored = select(messages_table.c.uid).where(
+                messages_table.c.chat_id == chat_id, messages_table.c.uid.in_(uids)
+            )
+            taken = unit.execute(stored).scalars().first()
+            if taken is not None:
+                break
+        if taken is not None:
+            index = next(i for i, message in enumerate(parsed) if message.uid == taken)
+            raise InvalidDocument(
+                f"message uid {taken!r} is already in the chat",
+                chat_id=chat_id,
+                message_index=index,
+                field="uid",
+            )
+        insert_messages(unit, messages_to_rows(chat_id, parsed, first_position=count, now=moment))
+    return [m if m.created_at else m.model_copy(update={"created_at": moment}) for m in parsed]
+
+
+def add_feedback(unit: Unit, /, chat_id: str, feedback: Feedback | Mapping[str, Any]) -> Feedback:
+    """Attach feedback to a chat (or to one of its messages, by ``message_uid``).
+
+    Returns:
+        The feedback as stored (id and timestamp filled in).
+    """
+    parsed = parse_feedback(feedback, chat_id=chat_id, limits=unit.limits)
+    moment = now()
+    known_message = (
+        true()
+        if parsed.message_uid is None
+        else select(messages_table.c.position)
+        .where(messages_table.c.chat_id == chat_id, messages_table.c.uid == parsed.message_uid)
+        .exists()
+    )
+    with unit.writing():
+        bump(unit, chat_id, None, moment)
+        next_position, clashes, message_found = unit.execute(
+            select(
+                func.coalesce(func.max(feedback_table.c.position) + 1, 0),
+                func.count(case((feedback_table.c.id == parsed.id, 1))),
+                known_message,
+            ).where(feedback_table.c.chat_id == chat_id)
+        ).one()
+        if not message_found:
+            raise InvalidDocument(
+                f"feedback on unknown message uid {parsed.message_uid!r}",
+                chat_id=chat_id,
+                field="message_uid",
+            )
+        if clashes:
+            raise InvalidDocument(f"duplicate feedback id {parsed.id!r}", chat_id=chat_id, field="id")
+        unit.insert(feedback_table, [feedback_to_row(chat_id, next_position, parsed, now=moment)])
+    return parsed if parsed.created_at else parsed.model_copy(update={"created_at": moment})
+
+
+def delete_feedback(
+    unit: Unit, /, chat_id: str, feedback_id: str, *, expected_version: int | None = None
+) -> int:
+    """Remove one feedback item (a vote taken back). To change one, delete it
+    and add the new one, with the same ``id`` if you like, in one transaction.
+
+    Returns:
+        The chat's new version.
+
+    Raises:
+        InvalidArgument: the chat has no feedback with this id.
+    """
+    require_text(feedback_id, "feedback_id")
+    moment = now()
+    with unit.writing():
+        before = bump(unit, chat_id, expected_version, moment)
+        removed = unit.execute(
+            delete_rows(feedback_table).where(
+                feedback_table.c.chat_id == chat_id, feedback_table.c.id == feedback_id
+            )
+        )
+        if not removed.rowcount:  # type: ignore[attr-defined]
+            raise InvalidArgument(
+                f"no feedback with id {quoted(feedback_id)}", argument="feedback_id", chat_id=chat_id
+            )
+    return int(before["version"]) + 1
+
+
+def update(
+    unit: Unit, /, chat_id: str, *, expected_version: int | None = None, **changes: Unpack[ChatChanges]
+) -> int:
+    """Change a chat's own fields (not its messages); ``None`` clears a field.
+
+    Returns:
+        The chat's new version.
+    """
+    require_text(chat_id, "chat_id")
+    unknown = set(changes) - set(ChatChanges.__annotations__)
+    if unknown:
+        raise InvalidArgument(f"cannot update {sorted(unknown)}", chat_id=chat_id)
+    if unit.user_id is not None and "user_id" in changes and changes["user_id"] != unit.user_id:
+        raise InvalidDocument(f"user_id must be {unit.user_id!r}", chat_id=chat_id, field="user_id")
+    checked = ChatDocument.parse({"chat_id": chat_id, **changes}, limits=unit.limits)
+    values: dict[str, Any] = {name: getattr(checked, name) for name in changes if name != "tags"}
+    moment = now()
+    with unit.writing():
+        current = lock(unit, chat_id, expected_version)
+        ordered = current["ordered_json"] or {}
+        extra = ordered.get("extra", current["extra"])
+        if extra and any(name in extra for name in changes):
+            values["extra"] = {k: v for k, v in extra.items() if k not in changes} or None
+        if ordered or any(name in values for name, _ in CHAT_ORDERED):
+            kept = {name: value for name, value in ordered.items() if name not in values}
+            values["ordered_json"] = {**kept, **(chat_ordered_json(values) or {})} or None
+        if "tags" in changes:
+            unit.execute(delete_rows(chat_tags).where(chat_tags.c.chat_id == chat_id))
+            unit.insert(
+                chat_tags,
+                [{"chat_id": chat_id, "tag": tag, "position": i} for i, tag in enumerate(checked.tags)],
+            )
+        return touch(unit, chat_id, current, moment, **values)
+
+
+def truncate(unit: Unit, /, chat_id: str, keep: int, *, expected_version: int | None = None) -> int:
+    """Remove the chat's messages after its first ``keep``, with their parts,
+    tool calls, streamed chunks and the feedback given on them (to regenerate
+    an answer, or to edit a message and go on from there); earlier rows are not
+    touched. Nothing to remove changes nothing.
+
+    Returns:
+        The chat's version (a new one if messages were removed).
+    """
+    if not is_whole_number(keep) or keep < 0:
+        raise InvalidArgument(
+            f"keep must be a whole number >= 0, not {keep!r}", argument="keep", chat_id=chat_id
+        )
+    moment = now()
+    with unit.writing():
+        current = lock(unit, chat_id, expected_version)
+        if keep >= current["message_count"]:
+            return int(current["version"])
+        removed = select(messages_table.c.uid).where(
+            messages_table.c.chat_id == chat_id, messages_table.c.position >= keep
+        )
+        unit.execute(
+            delete_rows(feedback_table).where(
+                feedback_table.c.chat_id == chat_id, feedback_table.c.message_uid.in_(removed)
+            )
+        )
+        for table in (message_chunks, content_parts, tool_calls):
+            unit.execute(
+                delete_rows(table).where(table.c.chat_id == chat_id, table.c.message_position >= keep)
+            )
+        unit.execute(
+            delete_rows(messages_table).where(
+                messages_table.c.chat_id == chat_id, messages_table.c.position >= keep
+            )
+        )
+        return touch(unit, chat_id, current, moment, message_count=keep)
+
+
+def delete(unit: Unit, /, chat_id: str) -> None:
+    """Delete a chat with all its messages, parts, tool calls, tags and feedback.
+
+    Raises:
+        ChatNotFound: no such chat.
+    """
+    with unit.writing():
+        lock(unit, chat_id)
+        delete_children(unit, chats.c.chat_id == chat_id)
+        unit.execute(delete_rows(chats).where(chats.c.chat_id == chat_id))
+
+
+def delete_user(unit: Unit, /, user_id: str) -> int:
+    """Delete every chat of a user; returns how many there were."""
+    user_id = require_user_id(user_id)
+    if unit.user_id is not None and user_id != unit.user_id:
+        return 0
+    with unit.writing():
+        owned = chats.c.user_id == user_id
+        delete_children(unit, owned)
+        result = unit.execute(delete_rows(chats).where(owned))
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def delete_older_than(
+    face: FaceFacts,
+    /,
+    cutoff: datetime,
+    *,
+    user_id: str | None = None,
+    batch_size: int = 500,
+    limit: int | None = None,
+) -> Plan[int]:
+    """Delete the chats last updated before ``cutoff`` (``updated_at <
+    cutoff``; a naive datetime is UTC), or only those of ``user_id``, with all
+    their rows: a retention policy. Works through the least recently updated
+    chats first, ``batch_size`` at a time (an archive commits each batch, so a
+    large purge holds its locks briefly; if it is interrupted, the batches done
+    stay deleted and calling it again finishes the job); at most ``limit`` in
+    all. Returns how many chats were deleted.
+
+    The chats of a batch are locked before their rows go, so a chat that a
+    concurrent ``append`` brings past the cutoff is kept whole.
+    """
+    cutoff = require_moment(cutoff, "cutoff")
+    optional_text(user_id, "user_id")
+    require_at_least_one(batch_size, "batch_size")
+    if limit is not None:
+        require_at_least_one(limit, "limit")
+    deleted = 0
+    while limit is None or deleted < limit:
+        size = batch_size if limit is None else min(batch_size, limit - deleted)
+        done = yield Step(Kind.WRITE, partial(_delete_old_chats, cutoff=cutoff, user_id=user_id, limit=size))
+        if not done:
+            break
+        deleted += done
+    return deleted
+
+
+def _delete_old_chats(unit: Unit, /, cutoff: datetime, user_id: str | None, limit: int) -> int:
+    user = scoped_user(unit.user_id, user_id)
+    if user is NOBODY:
+        return 0
+    old = select(chats.c.chat_id).where(chats.c.updated_at < cutoff)
+    if user is not None:
+        old = old.where(chats.c.user_id == user)
+    old = old.order_by(chats.c.updated_at, chats.c.chat_id).with_for_update()
+    deleted = 0
+    with unit.writing():
+        # A chunk at a time, so that neither the ids held here nor the
+        # statements grow with the number of chats.
+        while deleted < limit:
+            chat_ids = list(unit.execute(old.limit(min(_DELETE_CHUNK, limit - deleted))).scalars())
+            if not chat_ids:
+                break
+            chosen = chats.c.chat_id.in_(chat_ids)
+            delete_children(unit, chosen)
+            unit.execute(delete_rows(chats).where(chosen))
+            deleted += len(chat_ids)
+    return deleted
+
+
+# -- what the writes share -------------------------------------------------------------
+
+
+def insert_messages(unit: Unit, /, rows: MessageRows) -> None:
+    unit.insert(messages_table, rows.messages)
+    unit.insert(content_parts, rows.parts)
+    unit.insert(tool_calls, rows.tool_calls)
+
+
+def delete_children(unit: Unit, /, chat_filter: Any) -> None:
+    """Delete the rows of every chat ``chat_filter`` selects, but the chats' own."""
+    selected = select(chats.c.chat_id).where(chat_filter).scalar_subquery()
+    for table in _CHILD_TABLES:
+        unit.execute(delete_rows(table).where(table.c.chat_id.in_(selected)))
+
+
+def require_chat(unit: Unit, /, chat_id: str) -> None:
+    """Raise :class:`ChatNotFound` unless the unit sees the chat."""
+    require_text(chat_id, "chat_id")
+    with unit.reading():
+        found = unit.execute(unit.scoped(select(chats.c.chat_id).where(chats.c.chat_id == chat_id))).first()
+    if found is None:
+        raise ChatNotFound(chat_id)
+
+
+def _lock_row(unit: Unit, /, chat_id: str) -> Mapping[Any, Any] | None:
+    """Lock the chat's row for this transaction and return its bookkeeping."""
+    require_text(chat_id, "chat_id")
+    return (
+        unit.execute(
+            select(chats.c.version, chats.c.message_count, chats.c.user_id)
+            .add_columns(chats.c.extra, chats.c.ordered_json)
+            .where(chats.c.chat_id == chat_id)
+            .with_for_update()
+        )
+        .mappings()
+        .first()
+    )
+
+
+def lock(unit: Unit, /, chat_id: str, expected_version: int | None = None) -> Mapping[Any, Any]:
+    """Lock the chat's row for a write, if the unit may see it and it is at
+    ``expected_version`` (when given); returns its bookkeeping."""
+    require_version(expected_version)
+    return _checked(unit, chat_id, _lock_row(unit, chat_id), expected_version)
+
+
+def bump(
+    unit: Unit, /, chat_id: str, expected_version: int | None, moment: datetime, added: int = 0
+) -> Mapping[Any, Any]:
+    """Lock the chat's row for a write and give it its new version (and
+    ``added`` more messages), in one statement where the database has ``UPDATE
+    ... RETURNING``; an error raised later in the write rolls it back with the
+    rest. Returns the row's ``version`` and ``message_count`` as they were before."""
+    if not unit.connection.dialect.update_returning:
+        current = lock(unit, chat_id, expected_version)
+        touch(unit, chat_id, current, moment, message_count=current["message_count"] + added)
+        return current
+    require_version(expected_version)
+    require_text(chat_id, "chat_id")
+    bumped = (
+        unit.execute(
+            update_rows(chats)
+            .where(chats.c.chat_id == chat_id)
+            .values(
+                version=chats.c.version + 1, updated_at=moment, message_count=chats.c.message_count + added
+            )
+            .returning(chats.c.version, chats.c.message_count, chats.c.user_id)
+        )
+        .mappings()
+        .first()
+    )
+    before = None
+    if bumped is not None:
+        before = {
+            "version": bumped["version"] - 1,
+            "message_count": bumped["message_count"] - added,
+            "user_id": bumped["user_id"],
+        }
+    return _checked(unit, chat_id, before, expected_version)
+
+
+def _checked(
+    unit: Unit, /, chat_id: str, row: Mapping[Any, Any] | None, expected_version: int | None
+) -> Mapping[Any, Any]:
+    """The locked chat's row, if the unit may see it and it is at the expected version."""
+    if row is None or not unit.visible(row):
+        raise ChatNotFound(chat_id)
+    if expected_version is not None and row["version"] != expected_version:
+        raise ConflictError(f"chat {chat_id!r} is at version {row['version']}, not {expected_version}")
+    return row
+
+
+def touch(unit: Unit, /, chat_id: str, current: Mapping[Any, Any], moment: datetime, **values: Any) -> int:
+    """Give the locked chat its next version (and ``values``); returns it."""
+    version = int(current["version"]) + 1
+    unit.execute(
+        update_rows(chats)
+        .where(chats.c.chat_id == chat_id)
+        .values(version=version, updated_at=moment, **values)
+    )
+    return version

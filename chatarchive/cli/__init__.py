@@ -1,0 +1,12 @@
+"""The ``chatarchive`` command: it parses arguments and calls :class:`~chatarchive.ChatArchive`.
+
+Each module holds a group of commands: ``db`` (migrations and switches),
+``transfer`` (import and export), ``browse`` (ls, show, rm, stats, search),
+``bench`` and ``quickstart``; ``rendering`` and ``transcript`` are how they
+show what they found.
+"""
+
+from . import bench, browse, db, quickstart, transfer
+from .app import main
+
+__all__ = ["bench", "browse", "db", "main", "quickstart", "transfer"]

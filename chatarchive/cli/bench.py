@@ -1,0 +1,98 @@
+"""``chatarchive bench``: the archive's speed, measured against the database's own limits."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
+from rich.table import Table
+
+from chatarchive.bench import run_bench
+
+from .app import archive, ask_if_chats_are_lost, database_option, main
+from .rendering import stderr, stdout
+
+__all__ = ["bench"]
+
+
+@main.command("bench")
+@click.option(
+    "--chats", default=2000, show_default=True, type=click.IntRange(min=1), help="Chats in the workload."
+)
+@click.option(
+    "--messages", default=20, show_default=True, type=click.IntRange(min=2), help="Messages per chat."
+)
+@click.option("--seed", default=0, show_default=True, help="Seed of the synthetic workload.")
+@click.option(
+    "--runs", default=3, show_default=True, type=click.IntRange(min=1), help="Runs per figure (median)."
+)
+@click.option(
+    "--keep",
+    is_flag=True,
+    help="Run in the --db database itself: its chats are deleted (asked first), the workload is left in it.",
+)
+@click.option("--yes", is_flag=True, help="Do not ask before --keep deletes the chats the database holds.")
+@click.option("--analytics", is_flag=True, help="Also time the views, the README queries and searches.")
+@click.option(
+    "--streaming", is_flag=True, help="Also time concurrent streams and append_chunk early and late."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def bench(
+    chats: int,
+    messages: int,
+    seed: int,
+    runs: int,
+    keep: bool,
+    yes: bool,
+    analytics: bool,
+    streaming: bool,
+    as_json: bool,
+) -> None:
+    """Measure ingest, reads, storage and memory against the database's own limits.
+
+    Runs in a throwaway database created next to --db (dropped afterwards)
+    unless --keep is given. Ratios compare figures measured in the same run.
+    """
+    if keep and not yes:
+        ask_if_chats_are_lost(archive(), "Delete the {chats} of {where} to run the benchmark in it?")
+
+    progress = Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), console=stderr, transient=True
+    )
+    with progress:
+        task = progress.add_task("bench", total=None)
+
+        def report(phase: str, done: int, total: int) -> None:
+            progress.update(task, description=phase, completed=done, total=total)
+
+        result = run_bench(
+            database_option(),
+            chats=chats,
+            messages=messages,
+            seed=seed,
+            runs=runs,
+            keep=keep,
+            analytics=analytics,
+            streaming=streaming,
+            progress=report,
+        )
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    stdout.print(
+        f"{result.chats} chats, {result.messages} messages, {result.tool_calls} tool calls; "
+        f"median of {result.runs} runs; {result.database}",
+        markup=False,
+    )
+    figures = Table("figure", "value")
+    for name, value in result.figures.items():
+        figures.add_row(name, "n/a" if value is None else f"{value:,.3f}" if value < 100 else f"{value:,.0f}")
+    stdout.print(figures)
+    ratios = Table("ratio", "value")
+    for name, value in result.ratios().items():
+        ratios.add_row(name, "n/a" if value is None else f"{value:.2f}")
+    stdout.print(ratios)
+
+
+# -- quickstart ------------------------------------------------------------------

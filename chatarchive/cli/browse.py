@@ -1,0 +1,215 @@
+"""``chatarchive ls``, ``show``, ``rm``, ``stats`` and ``search``: looking at the archive."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from functools import partial
+
+import click
+
+from chatarchive import analytics
+from chatarchive._arguments import require_moment
+from chatarchive._document import ChatFilter
+
+from .app import (
+    archive,
+    before_options,
+    chat_filter_options,
+    count_of_chats,
+    main,
+    moment,
+    until_of,
+)
+from .rendering import (
+    echo_json,
+    highlighted,
+    literal,
+    print_stats,
+    print_table,
+    printable,
+    stderr,
+    stdout,
+    write_csv,
+)
+from .transcript import render_transcript
+
+__all__ = ["ls", "rm", "search", "show", "stats"]
+
+
+@main.command("ls")
+@chat_filter_options
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1), help="How many chats.")
+@click.option(
+    "--cursor",
+    metavar="CURSOR",
+    help="The next page: the cursor a previous 'ls' with the same options printed.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the chats' summaries as JSON.")
+def ls(where: ChatFilter, limit: int, cursor: str | None, as_json: bool) -> None:
+    """List chats, most recently updated first (--before or --older-than
+    shows what 'rm' with the same option would delete), a page at a time."""
+    target = archive()
+    page = target.list_chats(where, limit=limit, cursor=cursor)
+    more = None
+    if page.next_cursor:
+        shown = f"{limit:,} shown" if cursor else f"showing the {limit:,} most recent"
+        more = f"({shown} of {target.count_chats(where):,}; next page: --cursor {page.next_cursor})"
+    if as_json:
+        echo_json([chat.model_dump(mode="json") for chat in page.items])
+        if more:
+            stderr.print(more)
+        return
+    print_table(
+        ("chat_id", "user", "title", "model", "messages", "updated (UTC)"),
+        [
+            (
+                chat.chat_id,
+                chat.user_id,
+                chat.title,
+                chat.model,
+                chat.message_count,
+                chat.updated_at,
+            )
+            for chat in page.items
+        ],
+    )
+    if more:
+        stdout.print(more)
+
+
+@main.command("show")
+@click.argument("chat_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the canonical JSON document.")
+def show(chat_id: str, as_json: bool) -> None:
+    """Show one chat as a readable transcript."""
+    document = archive().get(chat_id)
+    if as_json:
+        click.echo(document.model_dump_json(indent=2))
+    else:
+        stdout.print(render_transcript(document))
+
+
+@main.command("rm")
+@click.argument("chat_id", required=False)
+@click.option("--user", "user_id", help="Delete every chat of this user (with --before/--older-than: those).")
+@before_options
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def rm(
+    chat_id: str | None,
+    user_id: str | None,
+    before: datetime | None,
+    older_than: datetime | None,
+    yes: bool,
+) -> None:
+    """Delete a chat with everything in it; or, with --user, every chat of a
+    user; or, with --before or --older-than, the chats not updated since
+    then (a retention policy, deleted a few hundred chats per transaction)."""
+    before = until_of(before, older_than)
+    if (chat_id is None) == (user_id is None and before is None):
+        raise click.UsageError("give either CHAT_ID, or --user and/or --before/--older-than")
+    target = archive()
+    if chat_id is not None:
+        target.delete(chat_id)
+        stderr.print(literal(f"deleted chat {chat_id}"))
+        return
+    whose = "" if user_id is None else f" of user {user_id!r}"
+    if before is not None:
+        cutoff = require_moment(before, "before").astimezone(UTC)
+        whose += f" last updated before {cutoff:%Y-%m-%d %H:%M:%S} UTC"
+        delete = partial(target.delete_older_than, cutoff, user_id=user_id)
+    else:
+        assert user_id is not None
+        delete = partial(target.delete_user, user_id)
+    if not yes:
+        found = target.count_chats(ChatFilter(user_id=user_id, until=before))
+        if not found:
+            stderr.print(literal(f"no chats{whose}"))
+            return
+        click.confirm(printable(f"Delete {count_of_chats(found)}{whose}?"), abort=True, err=True)
+    stderr.print(literal(f"deleted {count_of_chats(delete())}{whose}"))
+
+
+# -- analytics and search ----------------------------------------------------------
+
+
+_STATS = {
+    "day": "daily_usage",
+    "model": "model_usage",
+    "tool": "tool_usage",
+    "user": "user_activity",
+    "workflow": "workflow_usage",
+    "feedback": "feedback_summary",
+}
+
+
+@main.command("stats")
+@click.option(
+    "--by", "by", type=click.Choice(list(_STATS)), default="day", show_default=True, help="Group by."
+)
+@click.option("--since", type=moment, help="From this day or time (UTC if no offset), inclusive.")
+@click.option("--until", type=moment, help="Up to this day or time, exclusive.")
+@click.option("--user", "user_id", help="Only this user's chats.")
+@click.option("--model", help="Only chats with this chosen model.")
+@click.option("--workflow", help="Only chats of this workflow (workflow.name).")
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
+)
+def stats(
+    by: str,
+    since: datetime | None,
+    until: datetime | None,
+    user_id: str | None,
+    model: str | None,
+    workflow: str | None,
+    fmt: str,
+) -> None:
+    """Usage statistics: per day, model, tool, user, workflow, or feedback."""
+    query = getattr(analytics, _STATS[by])
+    rows = query(
+        archive(),
+        since=since,
+        until=until,
+        user_id=user_id,
+        model=model,
+        workflow=workflow,
+    )
+    if fmt == "table":
+        print_stats(by, [row.model_dump() for row in rows])
+        return
+    records = [row.model_dump(mode="json") for row in rows]
+    if fmt == "json":
+        echo_json(records)
+    else:
+        write_csv(records)
+
+
+@main.command("search")
+@click.argument("query")
+@click.option("--user", "user_id", help="Only this user's chats.")
+@click.option("--role", help="Only messages with this role.")
+@click.option("--model", help="Only chats (or messages) of this model.")
+@click.option("--since", type=moment, help="Only messages created from then on.")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
+@click.option("--json", "as_json", is_flag=True, help="Print the hits as JSON.")
+def search(
+    query: str,
+    user_id: str | None,
+    role: str | None,
+    model: str | None,
+    since: datetime | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Full-text search over message text: words, "phrases", -word, or."""
+    hits = archive().search(query, user_id=user_id, role=role, model=model, since=since, limit=limit)
+    if as_json:
+        echo_json([hit.model_dump(mode="json") for hit in hits])
+        return
+    if not hits:
+        stderr.print("no matches")
+        return
+    for hit in hits:
+        header = literal(f"{hit.chat_id} [{hit.position}] {hit.role}", style="bold")
+        header.append(f"  {hit.created_at:%Y-%m-%d %H:%M}  rank {hit.rank:.3f}", style="dim")
+        stdout.print(header)
+        stdout.print(highlighted(hit.snippet))

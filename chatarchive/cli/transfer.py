@@ -1,0 +1,268 @@
+"""``chatarchive import`` and ``export``: chats in and out as JSON, in every format."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, nullcontext
+from datetime import datetime
+from itertools import count
+from typing import Any, BinaryIO
+
+import click
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    TaskProgressColumn,
+    TextColumn,
+    TimeRemainingColumn,
+)
+
+from chatarchive import formats
+from chatarchive._document import ChatDocument, ChatFilter
+from chatarchive._exceptions import ChatArchiveError, InvalidDocument
+from chatarchive._jsonio import READ_ERRORS, Record, open_text, read_records, written
+from chatarchive._repository.batches import MAX_BATCH_SIZE, documents_in_flight
+from chatarchive.formats import EXPORT_FORMATS, IMPORT_FORMATS
+from chatarchive.formats.finetune import Filters, Selection, select
+
+from .app import INTERRUPTED, archive, chat_filter_options, count_of_chats, fail, main, moment
+from .rendering import literal, stderr
+
+__all__ = ["export", "import_", "records"]
+
+
+@main.command("import")
+@click.argument("paths", nargs=-1, required=True, metavar="PATH... | -")
+@click.option("--strict", is_flag=True, help="All or nothing: one transaction, stop at the first bad record.")
+@click.option(
+    "--bulk",
+    is_flag=True,
+    help="Bulk-load mode (PostgreSQL): one transaction that drops foreign keys and B-tree indexes, "
+    "loads, and re-creates them. Locks the archive's tables while it runs; use it only when nothing "
+    "else writes to the archive.",
+)
+@click.option(
+    "--batch-size",
+    default=250,
+    show_default=True,
+    type=click.IntRange(min=1, max=MAX_BATCH_SIZE),
+    help="Chats per batch.",
+)
+@click.option(
+    "--writers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Write through this many connections at once (PostgreSQL; not with --strict or --bulk).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", *IMPORT_FORMATS]),
+    default="auto",
+    show_default=True,
+    help="The records' format; auto detects it for each record.",
+)
+def import_(
+    paths: tuple[str, ...], strict: bool, bulk: bool, batch_size: int, writers: int, fmt: str
+) -> None:
+    """Import chats from JSON or JSON Lines files ('-' reads standard input;
+    names ending in .gz, .bz2 or .xz are decompressed).
+
+    A file may hold one record, a list of records (read one at a time, so
+    memory does not grow with the file), JSON Lines of them, or records one
+    after another (jq output); a record is a chat document, a bare OpenAI
+    message list (one chat), a Masterbrain ChatDoc, a Malevich message list, a
+    ShareGPT record, or a ChatGPT conversation (conversations.json; from the
+    export's zip: unzip -p export.zip conversations.json | chatarchive import -).
+    Chats already stored with the same chat_id are replaced. Bad records are
+    reported with file and line; the good ones are kept (unless --strict).
+    """
+    if writers > 1 and (strict or bulk):
+        raise click.UsageError("--writers takes one transaction per batch: not with --strict or --bulk")
+    target = archive()
+    failed = 0
+    # Where the documents in flight came from, by their index: a failed write
+    # names one of them. Added to by the thread that reads the input, looked up
+    # (a single dict.get) by the writers.
+    in_flight: dict[int, str] = {}
+    remembered = documents_in_flight(batch_size, writers)
+
+    def report(where: str, reason: object) -> None:
+        nonlocal failed
+        if strict:
+            fail(f"{where}: {reason} (nothing imported)")
+        failed += 1
+        stderr.print(literal(f"{where}: {reason}"))
+
+    def on_error(index: int, error: ChatArchiveError) -> None:
+        report(in_flight.get(index, "?"), error)
+
+    def documents(moved: Callable[[int, int], None]) -> Iterator[ChatDocument | Mapping[str, Any]]:
+        positions = count()
+        for record in records(paths, moved):
+            try:
+                document = _document(record, fmt)
+            except ChatArchiveError as exc:
+                report(record.where, exc)
+                continue
+            in_flight[next(positions)] = record.where
+            if len(in_flight) > remembered:
+                del in_flight[next(iter(in_flight))]
+            yield document
+
+    # The files' sizes, for the progress bar; a missing file is reported before anything is written.
+    total = None if "-" in paths else sum(os.stat(path).st_size for path in paths)
+    try:
+        with _progress(total) as moved:
+            if strict:
+                with target.transaction() as repository:
+                    imported = repository.save_many(
+                        documents(moved), batch_size=batch_size, bulk=bulk, on_error=on_error
+                    )
+            else:
+                imported = target.save_many(
+                    documents(moved), batch_size=batch_size, bulk=bulk, on_error=on_error, writers=writers
+                )
+    except KeyboardInterrupt:
+        if strict or bulk:
+            stderr.print("interrupted: nothing imported (one transaction, rolled back)")
+        else:
+            stderr.print(
+                "interrupted: the batches written until then are kept; importing the same input again "
+                "replaces them and imports the rest"
+            )
+        sys.exit(INTERRUPTED)
+    stderr.print(f"imported {count_of_chats(imported)}" + (f", {failed} failed" if failed else ""))
+    if failed:
+        sys.exit(1)
+
+
+def records(paths: tuple[str, ...], moved: Callable[[int, int], None]) -> Iterator[Record]:
+    """The records of every input; ``moved`` is told, after each, how many
+    there were so far and how many bytes of the files are read."""
+    records, done = count(1), 0
+    for path in paths:
+        stdin = path == "-"
+        source = "<stdin>" if stdin else path
+        with _standard_input() if stdin else open(path, "rb") as raw, open_text(raw, source) as stream:
+            try:
+                for record in read_records(stream, source):
+                    moved(next(records), 0 if stdin else done + raw.tell())
+                    yield record
+            except UnicodeDecodeError as exc:
+                yield Record(source, 0, error=f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+            except READ_ERRORS as exc:
+                yield Record(source, 0, error=f"cannot be read: {exc}")
+            if not stdin:
+                done += raw.tell()
+
+
+def _standard_input() -> BinaryIO:
+    """Standard input's bytes, decoded as a file's are: its text stream decodes
+    with the locale's encoding (cp1252 in a Windows pipe), which made UTF-8
+    mojibake. Read through a reader of its own (closing it leaves the file
+    descriptor open): one still blocked in a read when Ctrl-C ends the import
+    would otherwise hold the lock that closing ``sys.stdin`` at exit waits for."""
+    if sys.stdin is None:  # started with it closed ('<&-')
+        raise OSError(errno.EBADF, "standard input is closed", "-")
+    try:
+        return open(sys.stdin.fileno(), "rb", closefd=False)
+    except (OSError, ValueError):  # no file descriptor (a test runner's stream)
+        return sys.stdin.buffer
+
+
+def _document(record: Record, fmt: str = "auto") -> ChatDocument | Mapping[str, Any]:
+    """The chat a record holds: a canonical document that names its chat as it
+    is, for ``save_many`` to validate (once: a ``ChatDocument`` is validated
+    again where it is saved), any other converted to one."""
+    if record.error is not None:
+        raise InvalidDocument(record.error)
+    name = formats.detect(record.value) if fmt == "auto" else fmt
+    if name == "canonical" and isinstance(record.value, Mapping) and "chat_id" in record.value:
+        return record.value
+    return formats.to_document(record.value, name)
+
+
+@contextmanager
+def _progress(total: int | None) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on standard error: of the bytes read when the input's
+    size is known (files), with the time left; else a count."""
+    columns: list[ProgressColumn] = [SpinnerColumn(), TextColumn("importing"), BarColumn()]
+    if total is not None:
+        columns += [TaskProgressColumn(), TimeRemainingColumn()]
+    progress = Progress(
+        *columns, TextColumn("{task.fields[records]} records"), console=stderr, transient=True
+    )
+    with progress:
+        task = progress.add_task("import", total=total, records=0)
+        yield lambda records, position: progress.update(task, completed=position, records=records)
+
+
+@main.command("export")
+@chat_filter_options
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(list(EXPORT_FORMATS)),
+    default="canonical",
+    show_default=True,
+    help="canonical: whole documents; openai: each chat's message list; openai-finetune: training lines; "
+    "masterbrain, malevich, sharegpt, chatgpt: those formats.",
+)
+@click.option(
+    "--min-score", type=float, help="openai-finetune: chats whose mean feedback score is at least this."
+)
+@click.option(
+    "--created-since",
+    type=moment,
+    help="openai-finetune: only chats whose document was created from then on (UTC if no offset).",
+)
+@click.option(
+    "--exclude-role", "exclude_roles", multiple=True, help="openai-finetune: leave out messages of this role."
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    help="File to write, whole or not at all; .gz, .bz2 or .xz compress it (default: stdout).",
+)
+def export(
+    where: ChatFilter,
+    fmt: str,
+    min_score: float | None,
+    created_since: datetime | None,
+    exclude_roles: tuple[str, ...],
+    output: str | None,
+) -> None:
+    """Write chats as JSON Lines, one chat per line, streamed, in chat_id order
+    (--before or --older-than: what 'rm' with the same option would delete)."""
+    if fmt != "openai-finetune":
+        given = {"--min-score": min_score, "--created-since": created_since, "--exclude-role": exclude_roles}
+        if misplaced := [name for name, value in given.items() if value not in (None, ())]:
+            raise click.UsageError(f"{', '.join(misplaced)}: only with --format openai-finetune")
+    target = archive()
+    documents = target.export(where)
+    selection = Selection()
+    if fmt == "openai-finetune":
+        filters = Filters(min_score=min_score, since=created_since, exclude_roles=exclude_roles)
+        lines: Iterator[Any] = select(documents, filters, selection)
+    else:
+        exporter = EXPORT_FORMATS[fmt]  # the archive's own documents: no need to validate them again
+        lines = (exporter(document) for document in documents)
+    chats = 0  # one line a chat, in every format
+    with nullcontext(sys.stdout) if output is None else written(output) as stream:
+        for line in lines:
+            stream.write(json.dumps(line, ensure_ascii=False) + "\n")
+            chats += 1
+    skipped = ", ".join(f"{count} ({reason})" for reason, count in sorted(selection.skipped.items()))
+    stderr.print(f"wrote {count_of_chats(chats)}" + (f"; skipped {skipped}" if skipped else ""))
+
+
+# -- looking around --------------------------------------------------------------
