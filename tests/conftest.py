@@ -9,16 +9,13 @@ where that is an error.
 from __future__ import annotations
 
 import asyncio
-import os
-import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
-import psycopg
 import pytest
-from sqlalchemy import URL, Engine, delete, make_url
+from sqlalchemy import URL, Engine, delete
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, AsyncTransaction
 from sqlalchemy.orm import Session
 
@@ -28,61 +25,13 @@ from chatarchive import (
     ChatRepository,
     create_async_engine,
     create_engine,
-    database_url,
 )
 from chatarchive._schema import metadata
+from tests.support.async_shim import RepositoryShim, SessionShim
+from tests.support.commands import Run, invoke, spawn
+from tests.support.databases import throwaway_database
 
-from .async_shim import RepositoryShim, SessionShim
-
-DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DIALECTS = ("sqlite", "postgresql")
-
-
-def pg_server_url() -> URL:
-    return database_url(os.environ.get("CHATARCHIVE_TEST_DATABASE_URL") or DEFAULT_PG_URL)
-
-
-def _libpq(url: URL) -> str:
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-_pg_problem: str | None = None
-_pg_checked = False
-
-
-def require_postgresql() -> URL:
-    """The server URL, or skip (fail under CI) when no server answers."""
-    global _pg_problem, _pg_checked
-    url = pg_server_url()
-    if not _pg_checked:
-        _pg_checked = True
-        try:
-            psycopg.connect(_libpq(url), connect_timeout=5).close()
-        except psycopg.Error as exc:
-            _pg_problem = f"PostgreSQL at {url.render_as_string()} is not reachable: {exc}".strip()
-    if _pg_problem is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{_pg_problem} (CI is set: PostgreSQL tests may not be skipped)", pytrace=False)
-        pytest.skip(_pg_problem)
-    return url
-
-
-@contextmanager
-def throwaway_database(dialect: str, directory: Path, pg_options: str = "") -> Iterator[URL]:
-    """A new, empty database that is dropped afterwards (``pg_options``: more
-    of PostgreSQL's CREATE DATABASE)."""
-    if dialect == "sqlite":
-        yield make_url(f"sqlite:///{directory / f'archive-{uuid.uuid4().hex[:8]}.db'}")
-        return
-    server = require_postgresql()
-    name = f"chatarchive_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(_libpq(server), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}" {pg_options}')
-    try:
-        yield server.set(database=name)
-    finally:
-        with psycopg.connect(_libpq(server), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="session", params=DIALECTS)
@@ -216,3 +165,17 @@ def own_archive(dialect: str, tmp_path: Path) -> Iterator[tuple[ChatArchive, str
         archive.upgrade()
         yield archive, url.render_as_string(hide_password=False)
         archive.close()
+
+
+@pytest.fixture
+def run(empty_database: URL, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
+    """The command, in this process, on a new empty database."""
+    monkeypatch.chdir(tmp_path)
+    return partial(invoke, empty_database.render_as_string(hide_password=False))
+
+
+@pytest.fixture
+def run_process(empty_database: URL, tmp_path: Path) -> Run:
+    """The command, in a process of its own, on a new empty database: for what
+    only a real process shows (signals, pipes, the locale's encoding)."""
+    return partial(spawn, empty_database.render_as_string(hide_password=False), cwd=tmp_path)

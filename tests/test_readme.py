@@ -28,7 +28,7 @@ def test_the_tests_the_readme_names_exist() -> None:
     tests = Path(__file__).resolve().parent
     defined = {
         path.name: set(re.findall(r"^(?:async )?def (test_\w+)", path.read_text(encoding="utf-8"), re.M))
-        for path in tests.glob("test_*.py")
+        for path in tests.rglob("test_*.py")
     }
     everywhere = set().union(*defined.values())
     named = re.findall(r"`(?:(test_\w+\.py)::)?(test_\w+)(?!\w|\.py)", README.read_text(encoding="utf-8"))

@@ -58,7 +58,7 @@ def bench(
         ask_if_chats_are_lost(archive(), "Delete the {chats} of {where} to run the benchmark in it?")
 
     progress = Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), console=stderr, transient=True
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), console=stderr(), transient=True
     )
     with progress:
         task = progress.add_task("bench", total=None)
@@ -80,7 +80,7 @@ def bench(
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2))
         return
-    stdout.print(
+    stdout().print(
         f"{result.chats} chats, {result.messages} messages, {result.tool_calls} tool calls; "
         f"median of {result.runs} runs; {result.database}",
         markup=False,
@@ -88,11 +88,11 @@ def bench(
     figures = Table("figure", "value")
     for name, value in result.figures.items():
         figures.add_row(name, "n/a" if value is None else f"{value:,.3f}" if value < 100 else f"{value:,.0f}")
-    stdout.print(figures)
+    stdout().print(figures)
     ratios = Table("ratio", "value")
     for name, value in result.ratios().items():
         ratios.add_row(name, "n/a" if value is None else f"{value:.2f}")
-    stdout.print(ratios)
+    stdout().print(ratios)
 
 
 # -- quickstart ------------------------------------------------------------------

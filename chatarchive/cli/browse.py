@@ -57,7 +57,7 @@ def ls(where: ChatFilter, limit: int, cursor: str | None, as_json: bool) -> None
     if as_json:
         echo_json([chat.model_dump(mode="json") for chat in page.items])
         if more:
-            stderr.print(more)
+            stderr().print(more)
         return
     print_table(
         ("chat_id", "user", "title", "model", "messages", "updated (UTC)"),
@@ -74,7 +74,7 @@ def ls(where: ChatFilter, limit: int, cursor: str | None, as_json: bool) -> None
         ],
     )
     if more:
-        stdout.print(more)
+        stdout().print(more)
 
 
 @main.command("show")
@@ -86,7 +86,7 @@ def show(chat_id: str, as_json: bool) -> None:
     if as_json:
         click.echo(document.model_dump_json(indent=2))
     else:
-        stdout.print(render_transcript(document))
+        stdout().print(render_transcript(document))
 
 
 @main.command("rm")
@@ -110,7 +110,7 @@ def rm(
     target = archive()
     if chat_id is not None:
         target.delete(chat_id)
-        stderr.print(literal(f"deleted chat {chat_id}"))
+        stderr().print(literal(f"deleted chat {chat_id}"))
         return
     whose = "" if user_id is None else f" of user {user_id!r}"
     if before is not None:
@@ -123,10 +123,10 @@ def rm(
     if not yes:
         found = target.count_chats(ChatFilter(user_id=user_id, until=before))
         if not found:
-            stderr.print(literal(f"no chats{whose}"))
+            stderr().print(literal(f"no chats{whose}"))
             return
         click.confirm(printable(f"Delete {count_of_chats(found)}{whose}?"), abort=True, err=True)
-    stderr.print(literal(f"deleted {count_of_chats(delete())}{whose}"))
+    stderr().print(literal(f"deleted {count_of_chats(delete())}{whose}"))
 
 
 # -- analytics and search ----------------------------------------------------------
@@ -206,10 +206,10 @@ def search(
         echo_json([hit.model_dump(mode="json") for hit in hits])
         return
     if not hits:
-        stderr.print("no matches")
+        stderr().print("no matches")
         return
     for hit in hits:
         header = literal(f"{hit.chat_id} [{hit.position}] {hit.role}", style="bold")
         header.append(f"  {hit.created_at:%Y-%m-%d %H:%M}  rank {hit.rank:.3f}", style="dim")
-        stdout.print(header)
-        stdout.print(highlighted(hit.snippet))
+        stdout().print(header)
+        stdout().print(highlighted(hit.snippet))

@@ -56,7 +56,7 @@ def db_upgrade(revision: str, sql: bool, lock_timeout: float | None) -> None:
         _print_migration(target, revision, up=True, lock_timeout=lock_timeout)
         return
     target.upgrade(revision, lock_timeout=lock_timeout)
-    stderr.print(f"database at revision {target.current_revision()}")
+    stderr().print(f"database at revision {target.current_revision()}")
 
 
 @db.command("downgrade")
@@ -74,7 +74,7 @@ def db_downgrade(revision: str, sql: bool, lock_timeout: float | None, yes: bool
     if revision == "base" and not yes:
         ask_if_chats_are_lost(target, "Drop every table of {where}, with the {chats} in them?")
     target.downgrade(revision, lock_timeout=lock_timeout)
-    stderr.print(f"database at revision {target.current_revision() or 'base'}")
+    stderr().print(f"database at revision {target.current_revision() or 'base'}")
 
 
 @db.command("current")
@@ -101,7 +101,7 @@ def db_reindex() -> None:
     dictionaries. Writes (and, on PostgreSQL, searches) wait until it is done.
     """
     archive().rebuild_search_index()
-    stderr.print("search index rebuilt")
+    stderr().print("search index rebuilt")
 
 
 @db.command("search-index")

@@ -22,7 +22,7 @@ __all__ = ["quickstart"]
 def quickstart() -> None:
     """Create the archive, import the bundled sample chats, list and show one."""
     target = archive()
-    stderr.print(f"archive: {shown_url(target.url)}", markup=False)
+    stderr().print(f"archive: {shown_url(target.url)}", markup=False)
     target.upgrade()
     samples = sorted(
         (
@@ -34,9 +34,9 @@ def quickstart() -> None:
     )
     for sample in samples:
         target.save(ChatDocument.parse(json.loads(sample.read_text(encoding="utf-8"))))
-    stderr.print(f"imported {len(samples)} sample chats\n")
+    stderr().print(f"imported {len(samples)} sample chats\n")
     click.get_current_context().invoke(ls, limit=20)
-    stdout.print()
-    stdout.print(render_transcript(target.get("seed-tool-calling")))
-    stdout.print()
-    stdout.print("Next: chatarchive show CHAT_ID, chatarchive export, chatarchive import FILE")
+    stdout().print()
+    stdout().print(render_transcript(target.get("seed-tool-calling")))
+    stdout().print()
+    stdout().print("Next: chatarchive show CHAT_ID, chatarchive export, chatarchive import FILE")

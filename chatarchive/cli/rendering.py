@@ -30,8 +30,29 @@ __all__ = [
     "write_csv",
 ]
 
-stdout = Console(highlight=False, soft_wrap=True)
-stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+def stdout() -> Console:
+    """The command's standard output, as rich writes to it."""
+    return _console("stdout", highlight=False, soft_wrap=True)
+
+
+def stderr() -> Console:
+    """The command's standard error, as rich writes to it."""
+    return _console("stderr", stderr=True, highlight=False, soft_wrap=True)
+
+
+def _console(name: str, **options: Any) -> Console:
+    """One console per command run, made when first used: a console reads the
+    terminal's width (``$COLUMNS``) when it is made."""
+    context = click.get_current_context(silent=True)
+    if context is None:
+        return Console(**options)
+    consoles = context.find_root().meta.setdefault("chatarchive.consoles", {})
+    if name not in consoles:
+        consoles[name] = Console(**options)
+    console: Console = consoles[name]
+    return console
+
 
 _CONTROLS = re.compile(r"\r\n|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -97,14 +118,14 @@ def print_table(headers: tuple[str, ...], rows: list[tuple[object, ...]]) -> Non
     for row in cells:
         table.add_row(*(Text(cell) for cell in row))
     frame = 3 * len(headers) + 1  # a space each side of a cell, the borders
-    if stdout.is_terminal or "COLUMNS" in os.environ:
-        widths = _fitted(natural, words, whole, stdout.width - frame)
+    if stdout().is_terminal or "COLUMNS" in os.environ:
+        widths = _fitted(natural, words, whole, stdout().width - frame)
     else:
         widths = natural
     for shown, width in zip(table.columns, widths, strict=True):
         shown.width = width
     table.width = sum(widths) + frame
-    stdout.print(table)
+    stdout().print(table)
 
 
 def _fitted(natural: list[int], words: list[int], whole: list[int], room: int) -> list[int]:
@@ -136,7 +157,7 @@ def _fitted(natural: list[int], words: list[int], whole: list[int], room: int) -
 
 def print_stats(by: str, records: list[dict[str, Any]]) -> None:
     if not records:
-        stdout.print("(no data)")
+        stdout().print("(no data)")
         return
     times = {key for record in records for key, value in record.items() if isinstance(value, datetime)}
     headers = tuple(f"{key} (UTC)" if key in times else key for key in records[0])
@@ -160,10 +181,10 @@ def _daily_bars(records: list[dict[str, Any]]) -> None:
     for record in records:
         per_day[record["day"]] = per_day.get(record["day"], 0) + int(record["messages"])
     widest = max(per_day.values()) or 1
-    stdout.print("\nmessages per day")
+    stdout().print("\nmessages per day")
     for day, messages in per_day.items():
         bar = "█" * max(1, round(40 * messages / widest))
-        stdout.print(f"{day} {bar} {messages}", markup=False)
+        stdout().print(f"{day} {bar} {messages}", markup=False)
 
 
 def highlighted(snippet: str) -> Text:

@@ -99,7 +99,7 @@ def import_(
         if strict:
             fail(f"{where}: {reason} (nothing imported)")
         failed += 1
-        stderr.print(literal(f"{where}: {reason}"))
+        stderr().print(literal(f"{where}: {reason}"))
 
     def on_error(index: int, error: ChatArchiveError) -> None:
         report(in_flight.get(index, "?"), error)
@@ -132,14 +132,14 @@ def import_(
                 )
     except KeyboardInterrupt:
         if strict or bulk:
-            stderr.print("interrupted: nothing imported (one transaction, rolled back)")
+            stderr().print("interrupted: nothing imported (one transaction, rolled back)")
         else:
-            stderr.print(
+            stderr().print(
                 "interrupted: the batches written until then are kept; importing the same input again "
                 "replaces them and imports the rest"
             )
         sys.exit(INTERRUPTED)
-    stderr.print(f"imported {count_of_chats(imported)}" + (f", {failed} failed" if failed else ""))
+    stderr().print(f"imported {count_of_chats(imported)}" + (f", {failed} failed" if failed else ""))
     if failed:
         sys.exit(1)
 
@@ -198,7 +198,7 @@ def _progress(total: int | None) -> Iterator[Callable[[int, int], None]]:
     if total is not None:
         columns += [TaskProgressColumn(), TimeRemainingColumn()]
     progress = Progress(
-        *columns, TextColumn("{task.fields[records]} records"), console=stderr, transient=True
+        *columns, TextColumn("{task.fields[records]} records"), console=stderr(), transient=True
     )
     with progress:
         task = progress.add_task("import", total=total, records=0)
@@ -262,7 +262,7 @@ def export(
             stream.write(json.dumps(line, ensure_ascii=False) + "\n")
             chats += 1
     skipped = ", ".join(f"{count} ({reason})" for reason, count in sorted(selection.skipped.items()))
-    stderr.print(f"wrote {count_of_chats(chats)}" + (f"; skipped {skipped}" if skipped else ""))
+    stderr().print(f"wrote {count_of_chats(chats)}" + (f"; skipped {skipped}" if skipped else ""))
 
 
 # -- looking around --------------------------------------------------------------

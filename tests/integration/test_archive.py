@@ -42,8 +42,7 @@ from chatarchive import (
 )
 from chatarchive._schema import SCHEMA_REVISION
 from chatarchive.cli import main
-
-from .conftest import throwaway_database
+from tests.support.databases import throwaway_database
 
 
 def chat(chat_id: str, text: str = "hi", **fields: object) -> ChatDocument:
@@ -384,7 +383,7 @@ def test_database_url(monkeypatch: pytest.MonkeyPatch) -> None:
     assert database_url("sqlite:///x.db").drivername == "sqlite"
 
 
-def test_libpq_parameters_in_the_url_reach_the_connection(pg_archive: tuple[ChatArchive, str]) -> None:
+def testlibpq_parameters_in_the_url_reach_the_connection(pg_archive: tuple[ChatArchive, str]) -> None:
     _, url = pg_archive
     with ChatArchive(f"{url}?connect_timeout=7&application_name=chat-api") as archive:
         assert archive.count_chats() == 0

@@ -30,8 +30,7 @@ from chatarchive import (
     Limits,
 )
 from chatarchive._schema import metadata
-
-from .statements import recorded_statements
+from tests.support.statements import recorded_statements
 
 chunks_table = metadata.tables["message_chunks"]
 
@@ -269,32 +268,6 @@ def test_the_async_api_mirrors_the_sync_one(async_url: str, archive: ChatArchive
 
     asyncio.run(scenario())
     assert archive.get("tx").messages[1].content == "streamed text"  # the sync API sees the same rows
-
-
-def test_a_hundred_concurrent_streams_in_one_event_loop(own_archive: tuple[ChatArchive, str]) -> None:
-    archive, url = own_archive
-    streams, chunks = 100, 20
-
-    async def stream(aarchive: AsyncChatArchive, number: int) -> None:
-        chat_id = f"stream-{number}"
-        await aarchive.save({"chat_id": chat_id, "messages": [{"role": "user", "content": "go"}]})
-        answer = await aarchive.begin_message(chat_id)
-        for piece in range(chunks):
-            await aarchive.append_chunk(chat_id, answer.uid, f"{piece},")
-        await aarchive.complete_message(chat_id, answer.uid, finish_reason="stop")
-
-    async def run_all() -> float:
-        async with AsyncChatArchive(url, pool_size=20) as aarchive:
-            start = time.perf_counter()
-            await asyncio.gather(*(stream(aarchive, number) for number in range(streams)))
-            return time.perf_counter() - start
-
-    elapsed = asyncio.run(run_all())
-    expected = "".join(f"{piece}," for piece in range(chunks))
-    documents = archive.get_many([f"stream-{number}" for number in range(streams)])
-    assert len(documents) == streams
-    assert all(doc.messages[1].content == expected and doc.messages[1].completed for doc in documents)
-    print(f"\n{streams * chunks} chunks in {elapsed:.2f} s: {streams * chunks / elapsed:.0f} chunks/s")
 
 
 # -- the FastAPI example: a crash mid-stream keeps what was sent ------------------------------

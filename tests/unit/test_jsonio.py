@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from chatarchive import _jsonio
 from chatarchive._jsonio import open_text, read_records, written
-from tests.strategies import json_values, text
+from tests.support.strategies import json_values, text
 
 DOC = {"chat_id": "c", "messages": [{"role": "user", "content": "hi"}]}
 

@@ -27,12 +27,11 @@ from chatarchive import (
 )
 from chatarchive._backends.postgresql import SEARCHED_CHARACTERS
 from chatarchive._schema import PG_SEARCH_INDEXES
+from tests.support.analytics_fixture import CHATS
+from tests.support.async_shim import in_sync_session
+from tests.support.statements import recorded_statements
 
-from .analytics_fixture import CHATS
-from .async_shim import in_sync_session
-from .statements import recorded_statements
-
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def stats(session: Any, query: Any, **filters: Any) -> Any:

@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import multiprocessing
-import os
-import signal
 import threading
-import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from sqlalchemy import URL, Engine, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
@@ -39,11 +31,10 @@ from chatarchive import (
 from chatarchive._backends import database_errors
 from chatarchive._repository import writes
 from chatarchive._schema import metadata
+from tests.support.chats import snapshot, tool_chat
 
-from .test_repository import snapshot, tool_chat
 
-
-def _libpq(url: URL) -> str:
+def libpq(url: URL) -> str:
     return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
@@ -188,181 +179,7 @@ def test_limits_are_configurable(engine: Engine) -> None:
         assert not_limits.value.argument == "limits"
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    st.recursive(
-        st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
-        lambda children: (
-            st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
-        ),
-        max_leaves=20,
-    )
-)
-def test_fuzz_the_parser_only_raises_its_own_errors(data: Any) -> None:
-    for candidate in (data, {"chat_id": "fuzz", "messages": [data]}, {"chat_id": "fuzz", "messages": data}):
-        with contextlib.suppress(InvalidDocument):
-            ChatDocument.parse(candidate)
-    with contextlib.suppress(InvalidDocument):
-        ChatDocument.from_openai(data if isinstance(data, list) else [data])
-
-
 # -- concurrent writers (real processes, both dialects) ---------------------------------------
-
-
-def _append_many(url: str, worker: int, count: int) -> None:
-    archive = ChatArchive(url)
-    for number in range(count):
-        archive.append(
-            "shared", [{"role": "user", "content": f"w{worker}-{number}", "uid": f"w{worker}-{number}"}]
-        )
-    archive.close()
-
-
-def _save_with_version(url: str, worker: int, barrier: Any, results: Any) -> None:
-    archive = ChatArchive(url)
-    barrier.wait()
-    try:
-        archive.save(
-            ChatDocument.from_openai([{"role": "user", "content": str(worker)}], chat_id="race"),
-            expected_version=1,
-        )
-        results.put("won")
-    except ConflictError:
-        results.put("conflict")
-    archive.close()
-
-
-def test_concurrent_appends_lose_nothing(own_archive: tuple[ChatArchive, str]) -> None:
-    archive, url = own_archive
-    archive.save({"chat_id": "shared"})
-    workers, count = 8, 50
-    context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=_append_many, args=(url, worker, count)) for worker in range(workers)]
-    for process in processes:
-        process.start()
-    for process in processes:
-        process.join(120)
-        assert process.exitcode == 0
-    chat = archive.get("shared")
-    uids = [message.uid for message in chat.messages]
-    assert len(uids) == workers * count == len(set(uids))  # stored exactly once
-    with archive.engine.connect() as connection:
-        positions = (
-            connection.execute(
-                text("SELECT position FROM messages WHERE chat_id = 'shared' ORDER BY position")
-            )
-            .scalars()
-            .all()
-        )
-    assert positions == list(range(workers * count))  # gapless
-    for worker in range(workers):  # each writer's messages in the order it wrote them
-        mine = [uid for uid in uids if uid.startswith(f"w{worker}-")]
-        assert mine == [f"w{worker}-{number}" for number in range(count)]
-    assert chat.version == 1 + workers * count
-
-
-def test_concurrent_saves_have_one_winner(own_archive: tuple[ChatArchive, str]) -> None:
-    archive, url = own_archive
-    archive.save({"chat_id": "race"})
-    context = multiprocessing.get_context("spawn")
-    barrier, results = context.Barrier(6), context.Queue()
-    processes = [
-        context.Process(target=_save_with_version, args=(url, worker, barrier, results))
-        for worker in range(6)
-    ]
-    for process in processes:
-        process.start()
-    for process in processes:
-        process.join(120)
-    outcomes = sorted(results.get(timeout=5) for _ in processes)
-    assert outcomes == ["conflict"] * 5 + ["won"]
-    assert archive.get("race").version == 2
-
-
-def _while_a_transaction_waits(archive: ChatArchive, first: Any, then: Any) -> Any:
-    """Call ``first(repository)`` in a transaction, then ``then()`` in a thread,
-    which waits for that transaction (its row or write lock); commit, and give
-    what ``then()`` returned or raised."""
-    outcome: list[Any] = []
-
-    def run() -> None:
-        try:
-            outcome.append(then())
-        except ChatArchiveError as exc:
-            outcome.append(exc)
-
-    thread = threading.Thread(target=run)
-    with archive.transaction() as repository:
-        first(repository)
-        thread.start()
-        _wait_for_a_lock_wait(archive)
-    thread.join(60)
-    (result,) = outcome
-    return result
-
-
-def test_two_writers_creating_one_chat_both_succeed_the_later_winning(
-    own_archive: tuple[ChatArchive, str],
-) -> None:
-    """A save replaces whatever is stored, also a chat another writer creates
-    while this save runs (on PostgreSQL its insert waits for that writer's
-    commit, then finds the chat there: before, a ConflictError)."""
-    archive, _ = own_archive
-    later = tool_chat("new", title="later")
-    version = _while_a_transaction_waits(
-        archive,
-        lambda repository: repository.save(tool_chat("new", title="earlier")),
-        lambda: archive.save(later),
-    )
-    assert version == 2
-    stored = archive.get("new")
-    assert (stored.title, stored.version) == ("later", 2)
-    assert [message.uid for message in stored.messages] == [message.uid for message in later.messages]
-    refused = _while_a_transaction_waits(  # expected_version=0, "must not exist yet", still holds
-        archive,
-        lambda repository: repository.save(tool_chat("newer")),
-        lambda: archive.save(tool_chat("newer", title="second"), expected_version=0),
-    )
-    assert isinstance(refused, ConflictError)
-    assert "'newer' is at version 1, not 0" in str(refused)
-    assert archive.get("newer").title is None
-
-
-@pytest.mark.parametrize("how", ["transaction", "archive", "on_error", "writers"])
-def test_a_batch_that_loses_a_race_replaces_the_chat_created_meanwhile(
-    own_archive: tuple[ChatArchive, str], how: str
-) -> None:
-    """save_many whose batch collides with a chat that another writer creates
-    while the batch is written (on PostgreSQL: its COPY waits for that writer's
-    commit, then fails on the key) writes the batch again, which finds the chat
-    and replaces it, as save does; before, a ConflictError (or, with on_error,
-    the chats one at a time)."""
-    archive, _ = own_archive
-    docs = [tool_chat(f"batch-{n}", title="loaded") for n in range(4)]
-    errors: list[tuple[int, ChatArchiveError]] = []
-
-    def load() -> int:
-        if how == "transaction":  # strict: one transaction
-            with archive.transaction() as repository:
-                return repository.save_many(docs, batch_size=2)
-        if how == "on_error":  # as the CLI import
-            return archive.save_many(docs, on_error=lambda index, error: errors.append((index, error)))
-        return archive.save_many(docs, batch_size=2, writers=2 if how == "writers" else 1)
-
-    saved = _while_a_transaction_waits(
-        archive, lambda repository: repository.save(tool_chat("batch-1", title="first")), load
-    )
-    assert (saved, errors) == (4, [])
-    stored = archive.get_many([doc.chat_id for doc in docs])
-    assert [(doc.title, doc.version) for doc in stored] == [
-        ("loaded", 1),
-        ("loaded", 2),
-        ("loaded", 1),
-        ("loaded", 1),
-    ]
-    assert [[m.uid for m in doc.messages] for doc in stored] == [
-        [m.uid for m in doc.messages] for doc in docs
-    ]
 
 
 def test_a_key_clash_names_the_key(pg_archive: tuple[ChatArchive, str]) -> None:
@@ -376,118 +193,6 @@ def test_a_key_clash_names_the_key(pg_archive: tuple[ChatArchive, str]) -> None:
     assert str(raised.value).endswith(
         'violates unique constraint "pk_chats": Key (chat_id)=(taken) already exists.'
     )
-
-
-def test_feedback_and_appends_do_not_block_each_other(own_archive: tuple[ChatArchive, str]) -> None:
-    archive, _ = own_archive
-    archive.save(tool_chat("busy"))
-    errors: list[BaseException] = []
-
-    def feedback() -> None:
-        try:
-            for number in range(40):
-                archive.add_feedback("busy", {"score": number % 3 - 1})
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-
-    thread = threading.Thread(target=feedback)
-    thread.start()
-    for number in range(40):
-        archive.append("busy", [{"role": "user", "content": str(number)}])
-    thread.join(60)
-    assert not errors
-    chat = archive.get("busy")
-    assert (len(chat.messages), len(chat.feedback), chat.version) == (45, 40, 81)
-
-
-def test_reads_do_not_wait_for_an_open_write(own_archive: tuple[ChatArchive, str]) -> None:
-    archive, _ = own_archive
-    archive.save(tool_chat("open"))
-    with archive.transaction() as repository:
-        repository.append("open", [{"role": "user", "content": "not yet committed"}])
-        # Another connection, same thread: it would deadlock if reads queued for the write lock.
-        assert len(archive.get("open").messages) == 5
-        assert [summary.chat_id for summary in archive.list_chats().items] == ["open"]
-    assert len(archive.get("open").messages) == 6
-
-
-def test_a_purge_keeps_whole_a_chat_appended_to_meanwhile(own_archive: tuple[ChatArchive, str]) -> None:
-    archive, _ = own_archive
-    long_ago = datetime(2026, 1, 1, tzinfo=UTC)
-    archive.save_many([tool_chat(f"old{n}", updated_at=long_ago) for n in range(3)])
-    purged: list[int] = []
-    purge = threading.Thread(
-        target=lambda: purged.append(archive.delete_older_than(long_ago + timedelta(days=1), batch_size=1))
-    )
-    with archive.transaction() as repository:
-        # Brings old1 past the cutoff, once committed; meanwhile the purge reaches old1 and waits.
-        repository.append("old1", [{"role": "user", "content": "still talking"}])
-        purge.start()
-        _wait_for_a_lock_wait(archive)
-    purge.join(60)
-    assert purged == [2]
-    assert [message.content for message in archive.get("old1").messages][-2:] == [
-        "It is 42.",
-        "still talking",
-    ]
-
-
-def _wait_for_a_lock_wait(archive: ChatArchive) -> None:
-    """Until another session of the archive's PostgreSQL database waits for a
-    row lock (on SQLite, whose writers queue for the one write lock, a moment)."""
-    if archive.engine.dialect.name != "postgresql":
-        time.sleep(0.5)
-        return
-    with archive.engine.connect() as connection:
-        for _ in range(600):
-            waiting = connection.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                )
-            ).scalar_one()
-            if waiting:
-                return
-            connection.rollback()  # pg_stat_activity is read once a transaction: look again in a new one
-            time.sleep(0.05)
-    raise AssertionError("no other session waited for a lock")
-
-
-def test_processes_forked_from_a_used_archive_get_their_own_connections(
-    own_archive: tuple[ChatArchive, str],
-) -> None:
-    # As gunicorn --preload and multiprocessing's fork do: the pool holds a
-    # connection when the processes fork, and each child goes on reading.
-    archive, _ = own_archive
-    archive.save(tool_chat("shared"))
-    expected = archive.get("shared")
-    children = []
-    for _ in range(3):
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child reports by its exit status
-            status = 1
-            try:
-                for _ in range(50):
-                    assert archive.get("shared") == expected
-                status = 0
-            finally:
-                os._exit(status)
-        children.append(pid)
-    outcomes: dict[int, int | str] = {}
-    deadline = time.monotonic() + 60  # on one shared connection they could wait for each other forever
-    while len(outcomes) < len(children) and time.monotonic() < deadline:
-        for pid in children:
-            done, status = (0, 0) if pid in outcomes else os.waitpid(pid, os.WNOHANG)
-            if done:
-                outcomes[pid] = os.waitstatus_to_exitcode(status)
-        time.sleep(0.05)
-    for pid in children:
-        if pid not in outcomes:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            outcomes[pid] = "hung"
-    assert [outcomes[pid] for pid in children] == [0, 0, 0]
-    assert archive.get("shared") == expected  # and the parent's pooled connection still works
 
 
 # -- faults --------------------------------------------------------------------------------
@@ -628,75 +333,6 @@ def test_every_table_is_emptied_by_erasure(archive: ChatArchive, engine: Engine)
         }
     assert set(remaining.values()) == {0}
     assert json.loads(archive.get("other").model_dump_json())["user_id"] == "stays"
-
-
-@settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-@given(
-    st.recursive(
-        st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
-        lambda children: (
-            st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
-        ),
-        max_leaves=20,
-    ),
-    st.sampled_from(["json", "jsonl", "broken"]),
-)
-def test_fuzz_the_cli_import_reports_instead_of_crashing(tmp_path: Path, data: Any, shape: str) -> None:
-    from click.testing import CliRunner
-
-    from chatarchive.cli import main
-
-    database = tmp_path / "fuzz.db"
-    path = tmp_path / f"input.{'jsonl' if shape == 'jsonl' else 'json'}"
-    text = json.dumps(data, allow_nan=True)
-    if shape == "jsonl":
-        text = text + "\n" + json.dumps([data]) + "\n"
-    elif shape == "broken":
-        text = text[: len(text) // 2]
-    path.write_text(text, encoding="utf-8")
-    runner = CliRunner()
-    url = f"sqlite:///{database}"
-    if not database.exists():
-        assert runner.invoke(main, ["--db", url, "db", "upgrade"]).exit_code == 0
-    result = runner.invoke(main, ["--db", url, "import", str(path)])
-    assert result.exit_code in (0, 1), result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-
-
-#: Set to 1 to let a test restart the local PostgreSQL server (every other
-#: connection to it is dropped, other tests' included).
-RESTART_OPT_IN = "CHATARCHIVE_TEST_RESTART_SERVER"
-
-
-def _restart_local_server() -> None:
-    import shutil
-    import subprocess
-
-    if os.environ.get(RESTART_OPT_IN) != "1":
-        pytest.skip(f"restarts the shared PostgreSQL server: set {RESTART_OPT_IN}=1 to run it")
-    clusters = sorted(Path("/etc/postgresql").glob("*/main")) if Path("/etc/postgresql").exists() else []
-    if not shutil.which("pg_ctlcluster") or not clusters:
-        pytest.skip("no local PostgreSQL cluster this test may restart (pg_ctlcluster)")
-    version = clusters[-1].parent.name
-    subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"], check=True, timeout=120
-    )
-
-
-def test_pooled_connections_recover_after_a_server_restart(pg_archive: tuple[ChatArchive, str]) -> None:
-    archive, _ = pg_archive
-    archive.save(tool_chat("before"))
-    assert archive.get("before").chat_id == "before"  # the pool now holds a connection
-    _restart_local_server()
-    # Reads recover on their own (a lost connection is retried once); writes too,
-    # since every connection that sat idle through the restart is pinged first.
-    assert archive.get("before").chat_id == "before"
-    archive.save(tool_chat("after"))
-    assert [c.chat_id for c in archive.list_chats().items] == ["after", "before"]
 
 
 @pytest.mark.parametrize("scoped", [False, True])

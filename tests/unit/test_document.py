@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from chatarchive import ChatDocument, InvalidArgument, InvalidDocument, Message
 from chatarchive._exceptions import quoted
 from chatarchive._rows import document_from_rows, document_to_rows
-
-from .strategies import canonical_documents, exact, message_lists
+from tests.support.samples import OPENAI_VARIANTS
+from tests.support.strategies import canonical_documents, exact, message_lists
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -25,57 +25,6 @@ def roundtrip_openai(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def as_json(value: Any) -> Any:
     return json.loads(json.dumps(value))
-
-
-OPENAI_VARIANTS: list[dict[str, Any]] = [
-    {"role": "user", "content": "hello"},
-    {"role": "assistant", "content": ""},
-    {"role": "assistant", "content": None},
-    {"role": "assistant"},
-    {"role": "user", "content": []},
-    {
-        "role": "user",
-        "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": "https://x/i.png"}],
-    },
-    {
-        "role": "user",
-        "content": [{"type": "image_url", "image_url": {"url": "https://x", "detail": "high"}}],
-    },
-    {
-        "role": "user",
-        "content": [{"type": "input_audio", "input_audio": {"data": "AAA=", "format": "mp3"}}],
-    },
-    {"role": "user", "content": [{"type": "file", "file": {"file_id": "file-1", "filename": "a.pdf"}}]},
-    {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}]},
-    {"role": "user", "content": [{"type": "hologram", "depth": [1, 2], "text": 3}]},
-    {"role": "assistant", "content": None, "refusal": "I can't.", "audio": {"id": "audio_1"}},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{not json"}},
-            {"id": "c2", "type": "custom", "custom": {"name": "g", "input": "free text"}},
-            {"function": {"name": "h"}, "arguments": "{}"},
-            {"id": "c3", "type": "function", "function": {"name": "k", "arguments": {"as": "object"}}},
-            {"id": 4, "type": None, "function": "not an object"},
-        ],
-    },
-    {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}},
-    {"role": "function", "name": "f", "content": "42"},
-    {"role": "tool", "tool_call_id": "c1", "content": "ok"},
-    {"role": "user", "tool_call_id": "odd-but-kept", "content": "x"},
-    {"role": "critic", "content": "any role string is kept"},
-    {"role": "assistant", "content": "x", "tool_calls": None, "function_call": None, "refusal": None},
-    {
-        "role": "user",
-        "content": "x",
-        "is_intent": True,
-        "is_helper_message": False,
-        "nested": {"a": [1, None]},
-    },
-    {"role": "user", "content": "nul \x00 and private use \ue000\ue002 and emoji 😀"},
-    {"role": "assistant", "content": "x", "tool_calls": []},
-]
 
 
 @pytest.mark.parametrize("message", OPENAI_VARIANTS)

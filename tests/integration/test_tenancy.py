@@ -23,8 +23,7 @@ from chatarchive import (
     InvalidDocument,
     analytics,
 )
-
-from .test_repository import tool_chat
+from tests.support.chats import tool_chat
 
 
 @pytest.fixture

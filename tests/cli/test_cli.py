@@ -1,4 +1,5 @@
-"""The real ``chatarchive`` command, run as a subprocess against both databases."""
+"""The ``chatarchive`` command against both databases: in this process through
+click's test runner, and, for what only a real process shows, as a subprocess."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,42 +23,7 @@ from sqlalchemy import URL
 from chatarchive import create_engine
 from chatarchive._schema import SCHEMA_REVISION
 from chatarchive.cli import main
-
-CHATARCHIVE = str(Path(sys.executable).with_name("chatarchive"))
-Run = Callable[..., subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture
-def run(empty_database: URL, tmp_path: Path) -> Run:
-    url = empty_database.render_as_string(hide_password=False)
-
-    def run(
-        *args: str,
-        stdin: str | bytes | None = None,
-        expect: int | None = 0,
-        columns: int | None = 200,
-        environment: dict[str, str] | None = None,
-    ) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "COLUMNS": str(columns), **(environment or {})}
-        env.pop("CHATARCHIVE_DATABASE_URL", None)
-        if columns is None:  # output to a file, no terminal width given
-            env.pop("COLUMNS")
-        raw = subprocess.run(
-            [CHATARCHIVE, "--db", url, *args],
-            input=stdin.encode("utf-8") if isinstance(stdin, str) else stdin,
-            capture_output=True,
-            cwd=tmp_path,
-            env=env,
-        )
-        # The output is UTF-8 whatever the locale's encoding (see test_text_is_utf8...).
-        result = subprocess.CompletedProcess(
-            raw.args, raw.returncode, raw.stdout.decode("utf-8"), raw.stderr.decode("utf-8")
-        )
-        if expect is not None:
-            assert result.returncode == expect, result.stdout + result.stderr
-        return result
-
-    return run
+from tests.support.commands import CHATARCHIVE, Ran, Run, invoke
 
 
 def write(path: Path, content: str) -> str:
@@ -108,16 +73,17 @@ def test_db_commands(run: Run, dialect: str) -> None:
     assert run("db", "current").stdout.strip() == "none"
 
 
-def test_commands_on_a_sqlite_file_that_does_not_exist_leave_no_file(tmp_path: Path) -> None:
+def test_commands_on_a_sqlite_file_that_does_not_exist_leave_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A mistyped path left an empty database file behind, and the command
     said the database was 'at revision none'."""
+    monkeypatch.chdir(tmp_path)
     path = tmp_path / "typo.db"
     seed = write(tmp_path / "chat.json", json.dumps(DOC))
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [CHATARCHIVE, "--db", f"sqlite:///{path}", *args], capture_output=True, text=True, cwd=tmp_path
-        )
+    def run(*args: str) -> Ran:
+        return invoke(f"sqlite:///{path}", *args, expect=None)
 
     for command in (
         ["ls"],
@@ -325,21 +291,23 @@ def test_import_from_stdin(run: Run) -> None:
     assert json.loads(run("export").stdout)["chat_id"] == "doc-1"
 
 
-def test_text_is_utf8_in_and_out_whatever_the_locales_encoding(run: Run) -> None:
+def test_text_is_utf8_in_and_out_whatever_the_locales_encoding(run_process: Run) -> None:
     """Standard input was decoded, and output encoded, with the locale's encoding
     (a Windows pipe's is cp1252): piped UTF-8 was stored as mojibake ("cafÃ©"),
     and a character the encoding lacks crashed ls and export."""
-    run("db", "upgrade")
+    run_process("db", "upgrade")
     latin = {"PYTHONIOENCODING": "latin-1"}
-    run("import", "-", stdin=json.dumps({**DOC, "title": "café ✓"}, ensure_ascii=False), environment=latin)
-    assert json.loads(run("export").stdout)["title"] == "café ✓"
+    run_process(
+        "import", "-", stdin=json.dumps({**DOC, "title": "café ✓"}, ensure_ascii=False), environment=latin
+    )
+    assert json.loads(run_process("export").stdout)["title"] == "café ✓"
     ascii_only = {"PYTHONIOENCODING": "ascii"}
-    assert json.loads(run("export", environment=ascii_only).stdout)["title"] == "café ✓"
-    assert "café ✓" in run("ls", environment=ascii_only).stdout
-    assert "café ✓" in run("show", "doc-1", environment=ascii_only).stdout
-    missing = run("show", "✓", expect=1, environment=ascii_only)
+    assert json.loads(run_process("export", environment=ascii_only).stdout)["title"] == "café ✓"
+    assert "café ✓" in run_process("ls", environment=ascii_only).stdout
+    assert "café ✓" in run_process("show", "doc-1", environment=ascii_only).stdout
+    missing = run_process("show", "✓", expect=1, environment=ascii_only)
     assert "chat '✓' not found" in missing.stderr
-    bad = run("import", "-", stdin=b'{"chat_id": "\xe9"}', expect=1)  # not UTF-8: named as a file is
+    bad = run_process("import", "-", stdin=b'{"chat_id": "\xe9"}', expect=1)  # not UTF-8: named as a file is
     assert "<stdin>:0: not UTF-8 text" in bad.stderr
 
 
@@ -558,7 +526,7 @@ def test_bench_keep_asks_before_deleting_the_chats_and_leaves_no_tables_of_its_o
 def test_bench_keep_runs_in_an_archive_outside_the_public_schema(tmp_path: Path) -> None:
     """An archive in a schema of its own (the search path names it) ran every
     command but bench --keep, which named public's tables: a traceback."""
-    from .conftest import throwaway_database
+    from tests.support.databases import throwaway_database
 
     with throwaway_database("postgresql", tmp_path) as url:
         engine = create_engine(url)
@@ -582,13 +550,10 @@ def test_bench_keep_runs_in_an_archive_outside_the_public_schema(tmp_path: Path)
             "1",
             "--json",
         ]
-        result = subprocess.run([CHATARCHIVE, *args], capture_output=True, text=True)
-        assert result.returncode == 0, result.stderr
-        figures = json.loads(result.stdout)["figures"]
+        figures = json.loads(invoke(database, *args[2:]).stdout)["figures"]
         assert figures["ingest_raw_copy_own"] > 0
         assert figures["bytes_per_message"] > 0
-        check = subprocess.run([CHATARCHIVE, "--db", database, "db", "check"], capture_output=True, text=True)
-        assert check.stdout.strip() == "ok", check.stderr
+        assert invoke(database, "db", "check").stdout.strip() == "ok"
         engine = create_engine(url)
         try:
             with engine.connect() as connection:
@@ -602,17 +567,8 @@ def test_bench_keep_runs_in_an_archive_outside_the_public_schema(tmp_path: Path)
         assert dict(tables) == {"Chats": 8}  # the archive's seven and its version table
 
 
-def test_bench_streaming_figures(run: Run) -> None:
-    args = ("bench", "--chats", "5", "--messages", "4", "--runs", "1", "--streaming", "--json")
-    report = json.loads(run(*args).stdout)
-    figures = report["figures"]
-    for name in ("streaming_chunks_per_s", "append_chunk_at_10_ms", "append_chunk_at_10000_ms"):
-        assert figures[name] > 0
-    assert report["ratios"]["append_chunk at 10,000 / at 10 chunks"] > 0
-
-
 def test_stats_and_search(run: Run, tmp_path: Path) -> None:
-    from .analytics_fixture import CHATS
+    from tests.support.analytics_fixture import CHATS
 
     run("db", "upgrade")
     run("import", write(tmp_path / "fixture.json", json.dumps(CHATS)))

@@ -36,10 +36,9 @@ from chatarchive import (
 from chatarchive._migrations import alembic_config
 from chatarchive._schema import SCHEMA_REVISION, SEARCH_OBJECTS, VERSION_TABLE, metadata
 from chatarchive.cli import main
+from tests.support.databases import libpq
 
-from .conftest import _libpq
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VIEWS = {"message_texts", "tool_call_results", "chat_stats", "daily_usage", "feedback_summary"}
 
 
@@ -199,10 +198,10 @@ def test_an_applications_autogenerate_leaves_the_archives_tables_alone(empty_dat
 def test_an_archive_lives_in_the_schema_its_search_path_names(tmp_path: Path) -> None:
     """PostgreSQL: migrations, reads, search, analytics, row-level security and
     the drift check all work in a schema of the archive's own, and leave public empty."""
-    from .conftest import throwaway_database
+    from tests.support.databases import throwaway_database
 
     with throwaway_database("postgresql", tmp_path) as url:
-        with psycopg.connect(_libpq(url), autocommit=True) as admin:
+        with psycopg.connect(libpq(url), autocommit=True) as admin:
             admin.execute("CREATE SCHEMA chat")
         archive = ChatArchive(url.update_query_dict({"options": "-csearch_path=chat"}))
         try:
@@ -216,7 +215,7 @@ def test_an_archive_lives_in_the_schema_its_search_path_names(tmp_path: Path) ->
             archive.set_row_level_security(True)
             assert [c.chat_id for c in archive.for_user("u").list_chats().items] == ["c"]
             assert archive.check() == []
-            with psycopg.connect(_libpq(url)) as connection:
+            with psycopg.connect(libpq(url)) as connection:
                 placed = connection.execute(
                     "SELECT table_schema, count(*) FROM information_schema.tables "
                     "WHERE table_schema IN ('public', 'chat') GROUP BY 1"
@@ -304,7 +303,7 @@ def test_sql_printed_for_review_migrates_as_the_command_would(empty_database: UR
             with closing(sqlite3.connect(str(empty_database.database))) as connection:
                 connection.executescript(script)
         else:
-            with psycopg.connect(_libpq(empty_database), autocommit=True) as connection:
+            with psycopg.connect(libpq(empty_database), autocommit=True) as connection:
                 connection.execute(script.encode())
 
     try:
@@ -401,7 +400,7 @@ def test_string_contents_move_onto_messages_and_back(empty_database: URL) -> Non
     its downgrade moves them back; documents, views and search read the same."""
     from sqlalchemy import text
 
-    from .analytics_fixture import CHATS
+    from tests.support.analytics_fixture import CHATS
 
     archive = ChatArchive(empty_database)
     try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,10 +25,9 @@ from chatarchive import (
 from chatarchive._rows import ChatRows, document_to_rows
 from chatarchive._schema import PG_SEARCH_INDEXES, metadata
 from chatarchive.bench.workload import generate_chats
-
-from .async_shim import in_sync_session
-from .strategies import exact
-from .test_repository import HOSTILE, SIGNED, UNSORTED, counts, snapshot
+from tests.support.async_shim import in_sync_session
+from tests.support.chats import HOSTILE, SIGNED, UNSORTED, counts, snapshot
+from tests.support.strategies import exact
 
 
 def stored_rows(session: Session) -> dict[str, list[Any]]:
@@ -236,20 +234,6 @@ def test_the_bulk_load_keeps_the_full_text_indexes_in_place(pg_archive: tuple[Ch
     assert [hit.chat_id for hit in archive.search("marmalade")] == ["loaded"]  # the index took the new rows
 
 
-def test_memory_stays_bounded_on_a_large_generator(archive: ChatArchive) -> None:
-    def peak(chats: int) -> int:
-        tracemalloc.start()
-        try:
-            archive.save_many(generate_chats(chats, 10, seed=chats), batch_size=50)
-            return tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-
-    peak(200)  # warm up: statement caches, prepared statements, imports
-    small, large = peak(200), peak(1600)  # eight times the input
-    assert large < 2 * small, (small, large)  # linear growth would be 8x
-
-
 def test_the_producer_stops_when_the_consumer_fails(repo: ChatRepository) -> None:
     consumed = 0
 
@@ -342,25 +326,6 @@ def test_batch_size_is_from_one_to_ten_thousand(
     assert raised.value.argument == "batch_size"
     with pytest.raises(InvalidArgument, match=reason):
         runner.run(AsyncChatArchive(engine=async_engine).save_many([], batch_size=batch_size, bulk=bulk))
-
-
-def test_a_batch_of_ten_thousand_chats_replaces_them(archive: ChatArchive) -> None:
-    # Above 65,535 ids, PostgreSQL refused the batch's lookup with a bare database error.
-    docs = [{"chat_id": f"c{n}", "messages": []} for n in range(10_000)]
-    assert archive.save_many(docs, batch_size=10_000) == 10_000
-    assert archive.save_many(docs, batch_size=10_000) == 10_000
-    assert archive.count_chats() == 10_000
-
-
-def test_an_append_of_more_messages_than_a_statement_takes_parameters(archive: ChatArchive) -> None:
-    # Its uids are checked against the chat's; 70,000 of them in one IN (...) were a database error.
-    archive.save({"chat_id": "long", "messages": [{"role": "user", "content": "x", "uid": "last"}]})
-    many = [{"role": "user", "content": "x", "uid": f"u{n}"} for n in range(70_000)]
-    with pytest.raises(InvalidDocument, match="'last' is already in the chat") as raised:
-        archive.append("long", [*many, {"role": "user", "content": "x", "uid": "last"}])
-    assert raised.value.message_index == 70_000
-    archive.append("long", many)
-    assert archive.get("long").messages[-1].uid == "u69999"
 
 
 def test_parallel_writers_through_asyncio(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import enum
 import json
-import random
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
@@ -15,7 +14,7 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import func, select, text
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from chatarchive import (
@@ -29,53 +28,15 @@ from chatarchive import (
     InvalidDocument,
     Message,
 )
-from chatarchive._schema import metadata
 from chatarchive._types import jsonb_keeps, postgres_json_text, unescape_value
-
-from .conftest import _libpq, require_postgresql
-from .statements import recorded_statements
-from .strategies import canonical_documents, exact, json_values, message_lists
-from .strategies import text as any_text
+from tests.support.chats import HOSTILE, SIGNED, UNSORTED, counts, snapshot, tool_chat
+from tests.support.databases import libpq, require_postgresql
+from tests.support.samples import OPENAI_VARIANTS
+from tests.support.statements import recorded_statements
+from tests.support.strategies import canonical_documents, exact, json_values, message_lists
+from tests.support.strategies import text as any_text
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def counts(session: Session) -> dict[str, int]:
-    return {
-        name: session.execute(select(func.count()).select_from(table)).scalar_one()
-        for name, table in metadata.tables.items()
-    }
-
-
-def snapshot(session: Session) -> dict[str, list[Any]]:
-    """Every row of every table, for "nothing changed" checks."""
-    return {
-        name: sorted(repr(tuple(row)) for row in session.execute(select(table)))
-        for name, table in metadata.tables.items()
-    }
-
-
-def tool_chat(chat_id: str = "c1", **fields: Any) -> ChatDocument:
-    return ChatDocument.from_openai(
-        [
-            {"role": "system", "content": "be brief"},
-            {
-                "role": "user",
-                "content": [{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": "u"}],
-            },
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-                ],
-            },
-            {"role": "tool", "tool_call_id": "call_1", "content": "42"},
-            {"role": "assistant", "content": "It is 42."},
-        ],
-        chat_id=chat_id,
-        **fields,
-    )
 
 
 # -- round trips -----------------------------------------------------------------
@@ -148,8 +109,6 @@ def test_a_truncated_chat_is_the_document_cut_short(
 
 
 def test_openai_variants_round_trip_through_the_database(repo: ChatRepository) -> None:
-    from .test_document import OPENAI_VARIANTS
-
     repo.save(ChatDocument.from_openai(OPENAI_VARIANTS, chat_id="variants"))
     assert repo.get("variants").to_openai() == OPENAI_VARIANTS
 
@@ -190,22 +149,6 @@ def test_malevich_messages_round_trip(repo: ChatRepository) -> None:
             k: v for k, v in original.items() if k not in ("created_at", "updated_at")
         }
         assert datetime.fromisoformat(stored["created_at"]) == datetime.fromisoformat(original["created_at"])  # type: ignore[arg-type]
-
-
-HOSTILE = [
-    "",
-    "'; DROP TABLE chats; --",
-    'quote " and backslash \\ and \\u0000 text',
-    "nul \x00 in the middle",
-    "\x00",
-    "\ue000\ue001\ue002 private use",
-    "\ue000\x00\ue000",
-    "emoji 😀 and CJK 漢字 and RTL \u202e",
-    "line\nbreaks\r\nand\ttabs",
-    "x" * 100_000,
-    # Incompressible, longer than a B-tree entry can hold (ids in indexed columns).
-    "".join(random.Random(0).choices([chr(code) for code in range(0x21, 0x7F)], k=6000)),
-]
 
 
 @pytest.mark.parametrize("value", HOSTILE, ids=range(len(HOSTILE)))
@@ -257,9 +200,6 @@ def test_big_and_precise_numbers_survive(repo: ChatRepository) -> None:
 
 # Key orders PostgreSQL's jsonb would change (it sorts keys by length, then bytewise).
 SCHEMA = {"type": "object", "properties": {"zz": {"type": "string"}, "a": {"type": "integer"}}}
-UNSORTED = {"zeta": 1, "alpha": {"y": [{"long_key": 1, "k": 2}], "\x00x": 3, "b": 4}}
-# Numbers jsonb (negative zero) or a double column (whole-number floats) would change.
-SIGNED = {"a": -0.0, "bb": [4.0, -0.0, 0.0, 1, {"c": -0.0}], "ccc": 1e300}
 
 
 @pytest.mark.parametrize(("value", "score"), [(UNSORTED, 1), (SIGNED, 4.0), (SIGNED, -0.0)])
@@ -335,7 +275,7 @@ def test_json_values_come_back_as_given_through_every_write(
 @example(value={"a": [{"b": -0.0}]})
 def test_jsonb_keeps_says_what_jsonb_does(value: dict[str, Any]) -> None:
     # The rule ordered_json relies on, checked against PostgreSQL itself.
-    with psycopg.connect(_libpq(require_postgresql()), autocommit=True) as connection:
+    with psycopg.connect(libpq(require_postgresql()), autocommit=True) as connection:
         (stored,) = connection.execute(
             "SELECT CAST(%s AS jsonb)::text", [postgres_json_text(value)]
         ).fetchone()  # type: ignore[misc]

@@ -19,10 +19,11 @@ from sqlalchemy import Engine, delete
 
 from chatarchive import ChatArchive, ChatDocument, ChatNotFound, InvalidDocument
 from chatarchive._schema import metadata
-
-from .strategies import canonical_documents, openai_messages, text
+from tests.support.strategies import canonical_documents, openai_messages, text
 
 CHAT_IDS = ("a", "b", "c")
+
+pytestmark = pytest.mark.slow
 
 
 def _dump(doc: ChatDocument) -> dict[str, Any]:

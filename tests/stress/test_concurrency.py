@@ -1,0 +1,278 @@
+"""Writers, readers and streams at once, in threads, tasks and processes: nothing lost, nothing blocked."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from chatarchive import (
+    AsyncChatArchive,
+    ChatArchive,
+    ChatArchiveError,
+    ChatDocument,
+    ConflictError,
+)
+from tests.support.chats import tool_chat
+from tests.support.concurrency import wait_for_a_lock_wait, while_a_transaction_waits
+
+pytestmark = pytest.mark.slow
+
+
+def _append_many(url: str, worker: int, count: int) -> None:
+    archive = ChatArchive(url)
+    for number in range(count):
+        archive.append(
+            "shared", [{"role": "user", "content": f"w{worker}-{number}", "uid": f"w{worker}-{number}"}]
+        )
+    archive.close()
+
+
+def _save_with_version(url: str, worker: int, barrier: Any, results: Any) -> None:
+    archive = ChatArchive(url)
+    barrier.wait()
+    try:
+        archive.save(
+            ChatDocument.from_openai([{"role": "user", "content": str(worker)}], chat_id="race"),
+            expected_version=1,
+        )
+        results.put("won")
+    except ConflictError:
+        results.put("conflict")
+    archive.close()
+
+
+def test_concurrent_appends_lose_nothing(own_archive: tuple[ChatArchive, str]) -> None:
+    archive, url = own_archive
+    archive.save({"chat_id": "shared"})
+    workers, count = 8, 50
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=_append_many, args=(url, worker, count)) for worker in range(workers)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(120)
+        assert process.exitcode == 0
+    chat = archive.get("shared")
+    uids = [message.uid for message in chat.messages]
+    assert len(uids) == workers * count == len(set(uids))  # stored exactly once
+    with archive.engine.connect() as connection:
+        positions = (
+            connection.execute(
+                text("SELECT position FROM messages WHERE chat_id = 'shared' ORDER BY position")
+            )
+            .scalars()
+            .all()
+        )
+    assert positions == list(range(workers * count))  # gapless
+    for worker in range(workers):  # each writer's messages in the order it wrote them
+        mine = [uid for uid in uids if uid.startswith(f"w{worker}-")]
+        assert mine == [f"w{worker}-{number}" for number in range(count)]
+    assert chat.version == 1 + workers * count
+
+
+def test_concurrent_saves_have_one_winner(own_archive: tuple[ChatArchive, str]) -> None:
+    archive, url = own_archive
+    archive.save({"chat_id": "race"})
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(6), context.Queue()
+    processes = [
+        context.Process(target=_save_with_version, args=(url, worker, barrier, results))
+        for worker in range(6)
+    ]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(120)
+    outcomes = sorted(results.get(timeout=5) for _ in processes)
+    assert outcomes == ["conflict"] * 5 + ["won"]
+    assert archive.get("race").version == 2
+
+
+def test_two_writers_creating_one_chat_both_succeed_the_later_winning(
+    own_archive: tuple[ChatArchive, str],
+) -> None:
+    """A save replaces whatever is stored, also a chat another writer creates
+    while this save runs (on PostgreSQL its insert waits for that writer's
+    commit, then finds the chat there: before, a ConflictError)."""
+    archive, _ = own_archive
+    later = tool_chat("new", title="later")
+    version = while_a_transaction_waits(
+        archive,
+        lambda repository: repository.save(tool_chat("new", title="earlier")),
+        lambda: archive.save(later),
+    )
+    assert version == 2
+    stored = archive.get("new")
+    assert (stored.title, stored.version) == ("later", 2)
+    assert [message.uid for message in stored.messages] == [message.uid for message in later.messages]
+    refused = while_a_transaction_waits(  # expected_version=0, "must not exist yet", still holds
+        archive,
+        lambda repository: repository.save(tool_chat("newer")),
+        lambda: archive.save(tool_chat("newer", title="second"), expected_version=0),
+    )
+    assert isinstance(refused, ConflictError)
+    assert "'newer' is at version 1, not 0" in str(refused)
+    assert archive.get("newer").title is None
+
+
+@pytest.mark.parametrize("how", ["transaction", "archive", "on_error", "writers"])
+def test_a_batch_that_loses_a_race_replaces_the_chat_created_meanwhile(
+    own_archive: tuple[ChatArchive, str], how: str
+) -> None:
+    """save_many whose batch collides with a chat that another writer creates
+    while the batch is written (on PostgreSQL: its COPY waits for that writer's
+    commit, then fails on the key) writes the batch again, which finds the chat
+    and replaces it, as save does; before, a ConflictError (or, with on_error,
+    the chats one at a time)."""
+    archive, _ = own_archive
+    docs = [tool_chat(f"batch-{n}", title="loaded") for n in range(4)]
+    errors: list[tuple[int, ChatArchiveError]] = []
+
+    def load() -> int:
+        if how == "transaction":  # strict: one transaction
+            with archive.transaction() as repository:
+                return repository.save_many(docs, batch_size=2)
+        if how == "on_error":  # as the CLI import
+            return archive.save_many(docs, on_error=lambda index, error: errors.append((index, error)))
+        return archive.save_many(docs, batch_size=2, writers=2 if how == "writers" else 1)
+
+    saved = while_a_transaction_waits(
+        archive, lambda repository: repository.save(tool_chat("batch-1", title="first")), load
+    )
+    assert (saved, errors) == (4, [])
+    stored = archive.get_many([doc.chat_id for doc in docs])
+    assert [(doc.title, doc.version) for doc in stored] == [
+        ("loaded", 1),
+        ("loaded", 2),
+        ("loaded", 1),
+        ("loaded", 1),
+    ]
+    assert [[m.uid for m in doc.messages] for doc in stored] == [
+        [m.uid for m in doc.messages] for doc in docs
+    ]
+
+
+def test_feedback_and_appends_do_not_block_each_other(own_archive: tuple[ChatArchive, str]) -> None:
+    archive, _ = own_archive
+    archive.save(tool_chat("busy"))
+    errors: list[BaseException] = []
+
+    def feedback() -> None:
+        try:
+            for number in range(40):
+                archive.add_feedback("busy", {"score": number % 3 - 1})
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=feedback)
+    thread.start()
+    for number in range(40):
+        archive.append("busy", [{"role": "user", "content": str(number)}])
+    thread.join(60)
+    assert not errors
+    chat = archive.get("busy")
+    assert (len(chat.messages), len(chat.feedback), chat.version) == (45, 40, 81)
+
+
+def test_reads_do_not_wait_for_an_open_write(own_archive: tuple[ChatArchive, str]) -> None:
+    archive, _ = own_archive
+    archive.save(tool_chat("open"))
+    with archive.transaction() as repository:
+        repository.append("open", [{"role": "user", "content": "not yet committed"}])
+        # Another connection, same thread: it would deadlock if reads queued for the write lock.
+        assert len(archive.get("open").messages) == 5
+        assert [summary.chat_id for summary in archive.list_chats().items] == ["open"]
+    assert len(archive.get("open").messages) == 6
+
+
+def test_a_purge_keeps_whole_a_chat_appended_to_meanwhile(own_archive: tuple[ChatArchive, str]) -> None:
+    archive, _ = own_archive
+    long_ago = datetime(2026, 1, 1, tzinfo=UTC)
+    archive.save_many([tool_chat(f"old{n}", updated_at=long_ago) for n in range(3)])
+    purged: list[int] = []
+    purge = threading.Thread(
+        target=lambda: purged.append(archive.delete_older_than(long_ago + timedelta(days=1), batch_size=1))
+    )
+    with archive.transaction() as repository:
+        # Brings old1 past the cutoff, once committed; meanwhile the purge reaches old1 and waits.
+        repository.append("old1", [{"role": "user", "content": "still talking"}])
+        purge.start()
+        wait_for_a_lock_wait(archive)
+    purge.join(60)
+    assert purged == [2]
+    assert [message.content for message in archive.get("old1").messages][-2:] == [
+        "It is 42.",
+        "still talking",
+    ]
+
+
+def test_processes_forked_from_a_used_archive_get_their_own_connections(
+    own_archive: tuple[ChatArchive, str],
+) -> None:
+    # As gunicorn --preload and multiprocessing's fork do: the pool holds a
+    # connection when the processes fork, and each child goes on reading.
+    archive, _ = own_archive
+    archive.save(tool_chat("shared"))
+    expected = archive.get("shared")
+    children = []
+    for _ in range(3):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports by its exit status
+            status = 1
+            try:
+                for _ in range(50):
+                    assert archive.get("shared") == expected
+                status = 0
+            finally:
+                os._exit(status)
+        children.append(pid)
+    outcomes: dict[int, int | str] = {}
+    deadline = time.monotonic() + 60  # on one shared connection they could wait for each other forever
+    while len(outcomes) < len(children) and time.monotonic() < deadline:
+        for pid in children:
+            done, status = (0, 0) if pid in outcomes else os.waitpid(pid, os.WNOHANG)
+            if done:
+                outcomes[pid] = os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    for pid in children:
+        if pid not in outcomes:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            outcomes[pid] = "hung"
+    assert [outcomes[pid] for pid in children] == [0, 0, 0]
+    assert archive.get("shared") == expected  # and the parent's pooled connection still works
+
+
+def test_a_hundred_concurrent_streams_in_one_event_loop(own_archive: tuple[ChatArchive, str]) -> None:
+    archive, url = own_archive
+    streams, chunks = 100, 20
+
+    async def stream(aarchive: AsyncChatArchive, number: int) -> None:
+        chat_id = f"stream-{number}"
+        await aarchive.save({"chat_id": chat_id, "messages": [{"role": "user", "content": "go"}]})
+        answer = await aarchive.begin_message(chat_id)
+        for piece in range(chunks):
+            await aarchive.append_chunk(chat_id, answer.uid, f"{piece},")
+        await aarchive.complete_message(chat_id, answer.uid, finish_reason="stop")
+
+    async def run_all() -> float:
+        async with AsyncChatArchive(url, pool_size=20) as aarchive:
+            start = time.perf_counter()
+            await asyncio.gather(*(stream(aarchive, number) for number in range(streams)))
+            return time.perf_counter() - start
+
+    elapsed = asyncio.run(run_all())
+    expected = "".join(f"{piece}," for piece in range(chunks))
+    documents = archive.get_many([f"stream-{number}" for number in range(streams)])
+    assert len(documents) == streams
+    assert all(doc.messages[1].content == expected and doc.messages[1].completed for doc in documents)
+    print(f"\n{streams * chunks} chunks in {elapsed:.2f} s: {streams * chunks / elapsed:.0f} chunks/s")

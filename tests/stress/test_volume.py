@@ -1,0 +1,51 @@
+"""Inputs larger than a batch, a statement or memory would hold at once."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import pytest
+
+from chatarchive import (
+    ChatArchive,
+    InvalidDocument,
+)
+from chatarchive.bench.workload import generate_chats
+
+pytestmark = pytest.mark.slow
+
+
+def test_memory_stays_bounded_on_a_large_generator(own_archive: tuple[ChatArchive, str]) -> None:
+    archive, _ = own_archive  # a database of its own: what these write would slow the next tests
+    def peak(chats: int) -> int:
+        tracemalloc.start()
+        try:
+            archive.save_many(generate_chats(chats, 10, seed=chats), batch_size=50)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    peak(200)  # warm up: statement caches, prepared statements, imports
+    small, large = peak(200), peak(1600)  # eight times the input
+    assert large < 2 * small, (small, large)  # linear growth would be 8x
+
+
+def test_a_batch_of_ten_thousand_chats_replaces_them(own_archive: tuple[ChatArchive, str]) -> None:
+    archive, _ = own_archive  # a database of its own: what these write would slow the next tests
+    # Above 65,535 ids, PostgreSQL refused the batch's lookup with a bare database error.
+    docs = [{"chat_id": f"c{n}", "messages": []} for n in range(10_000)]
+    assert archive.save_many(docs, batch_size=10_000) == 10_000
+    assert archive.save_many(docs, batch_size=10_000) == 10_000
+    assert archive.count_chats() == 10_000
+
+
+def test_an_append_of_more_messages_than_a_statement_takes_parameters(own_archive: tuple[ChatArchive, str]) -> None:
+    archive, _ = own_archive  # a database of its own: what these write would slow the next tests
+    # Its uids are checked against the chat's; 70,000 of them in one IN (...) were a database error.
+    archive.save({"chat_id": "long", "messages": [{"role": "user", "content": "x", "uid": "last"}]})
+    many = [{"role": "user", "content": "x", "uid": f"u{n}"} for n in range(70_000)]
+    with pytest.raises(InvalidDocument, match="'last' is already in the chat") as raised:
+        archive.append("long", [*many, {"role": "user", "content": "x", "uid": "last"}])
+    assert raised.value.message_index == 70_000
+    archive.append("long", many)
+    assert archive.get("long").messages[-1].uid == "u69999"
