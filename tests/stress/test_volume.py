@@ -17,6 +17,7 @@ pytestmark = pytest.mark.slow
 
 def test_memory_stays_bounded_on_a_large_generator(own_archive: tuple[ChatArchive, str]) -> None:
     archive, _ = own_archive  # a database of its own: what these write would slow the next tests
+
     def peak(chats: int) -> int:
         tracemalloc.start()
         try:
@@ -39,7 +40,9 @@ def test_a_batch_of_ten_thousand_chats_replaces_them(own_archive: tuple[ChatArch
     assert archive.count_chats() == 10_000
 
 
-def test_an_append_of_more_messages_than_a_statement_takes_parameters(own_archive: tuple[ChatArchive, str]) -> None:
+def test_an_append_of_more_messages_than_a_statement_takes_parameters(
+    own_archive: tuple[ChatArchive, str],
+) -> None:
     archive, _ = own_archive  # a database of its own: what these write would slow the next tests
     # Its uids are checked against the chat's; 70,000 of them in one IN (...) were a database error.
     archive.save({"chat_id": "long", "messages": [{"role": "user", "content": "x", "uid": "last"}]})

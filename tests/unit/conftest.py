@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,10 +10,9 @@ import sqlalchemy.ext.asyncio
 
 
 @pytest.fixture(autouse=True)
-def no_database(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def no_database(monkeypatch: pytest.MonkeyPatch) -> None:
     def refused(*_args: Any, **_kwargs: Any) -> Any:
         raise AssertionError("a unit test opened a database: it belongs in tests/integration")
 
     monkeypatch.setattr(sqlalchemy, "create_engine", refused)
     monkeypatch.setattr(sqlalchemy.ext.asyncio, "create_async_engine", refused)
-    yield
