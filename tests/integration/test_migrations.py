@@ -534,14 +534,14 @@ def test_a_lock_timeout_bounds_each_wait_for_a_lock_but_not_the_turn(
         other_migration.execute("SELECT pg_advisory_lock(hashtext('chatarchive migrations'))")
         upgrading = threading.Thread(target=upgrade_in_turn)
         upgrading.start()
-        for _ in range(600):
-            waiting = other_migration.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory'"
+        for _ in range(1200):  # until it has waited far past its lock timeout, which must not apply
+            waited = other_migration.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event = 'advisory' AND clock_timestamp() - query_start > interval '300 ms'"
             ).fetchone()
-            if waiting and waiting[0]:
+            if waited and waited[0]:
                 break
             time.sleep(0.05)
-        time.sleep(0.3)  # far past the lock timeout, which must not apply to this wait
         other_migration.execute("SELECT pg_advisory_unlock(hashtext('chatarchive migrations'))")
         upgrading.join(60)
     assert outcome == []

@@ -22,7 +22,7 @@ from chatarchive import (
     ConflictError,
 )
 from tests.support.chats import tool_chat
-from tests.support.concurrency import wait_for_a_lock_wait, while_a_transaction_waits
+from tests.support.concurrency import lock_waits, while_a_transaction_waits
 
 pytestmark = pytest.mark.slow
 
@@ -202,11 +202,11 @@ def test_a_purge_keeps_whole_a_chat_appended_to_meanwhile(own_archive: tuple[Cha
     purge = threading.Thread(
         target=lambda: purged.append(archive.delete_older_than(long_ago + timedelta(days=1), batch_size=1))
     )
-    with archive.transaction() as repository:
+    with lock_waits(archive) as wait, archive.transaction() as repository:
         # Brings old1 past the cutoff, once committed; meanwhile the purge reaches old1 and waits.
         repository.append("old1", [{"role": "user", "content": "still talking"}])
         purge.start()
-        wait_for_a_lock_wait(archive)
+        wait()
     purge.join(60)
     assert purged == [2]
     assert [message.content for message in archive.get("old1").messages][-2:] == [

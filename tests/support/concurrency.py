@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from chatarchive import (
     ChatArchive,
@@ -27,23 +29,44 @@ def while_a_transaction_waits(archive: ChatArchive, first: Any, then: Any) -> An
             outcome.append(exc)
 
     thread = threading.Thread(target=run)
-    with archive.transaction() as repository:
+    with lock_waits(archive) as wait, archive.transaction() as repository:
         first(repository)
         thread.start()
-        wait_for_a_lock_wait(archive)
+        wait()
     thread.join(60)
     (result,) = outcome
     return result
 
 
-def wait_for_a_lock_wait(archive: ChatArchive) -> None:
-    """Until another session of the archive's PostgreSQL database waits for a
-    row lock (on SQLite, whose writers queue for the one write lock, a moment)."""
-    if archive.engine.dialect.name != "postgresql":
-        time.sleep(0.5)
-        return
+@contextmanager
+def lock_waits(archive: ChatArchive) -> Iterator[Callable[[], None]]:
+    """A call that returns once another transaction of the archive waits for a
+    lock: on PostgreSQL, once a session of the archive's own database waits
+    for a lock; on SQLite, whose writers queue for the one write lock, once
+    another thread has begun a transaction that writes."""
+    writing = threading.Event()
+    here = threading.get_ident()
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.startswith("BEGIN IMMEDIATE") and threading.get_ident() != here:
+            writing.set()
+
+    def wait() -> None:
+        if archive.engine.dialect.name == "sqlite":
+            assert writing.wait(60), "no other transaction began to write"
+            return
+        _wait_for_a_postgresql_lock_wait(archive)
+
+    event.listen(archive.engine, "before_cursor_execute", seen)
+    try:
+        yield wait
+    finally:
+        event.remove(archive.engine, "before_cursor_execute", seen)
+
+
+def _wait_for_a_postgresql_lock_wait(archive: ChatArchive) -> None:
     with archive.engine.connect() as connection:
-        for _ in range(600):
+        for _ in range(1200):
             waiting = connection.execute(
                 text(
                     "SELECT count(*) FROM pg_stat_activity "
