@@ -34,6 +34,9 @@ from tests.support.statements import recorded_statements
 
 chunks_table = metadata.tables["message_chunks"]
 
+#: The example applications, beside the package.
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
 
 def chunk_count(session: Session) -> int:
     return session.execute(select(func.count()).select_from(chunks_table)).scalar_one()
@@ -294,7 +297,9 @@ def server(async_url: str, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[by
             "-m",
             "uvicorn",
             "--factory",
-            "chatarchive.examples.streaming:app_from_environment",
+            "--app-dir",
+            str(EXAMPLES),
+            "streaming_app:app_from_environment",
             "--port",
             str(port),
         ],
@@ -369,7 +374,7 @@ def test_the_example_app_keeps_both_first_questions_of_a_new_chat(
     the second request's save replaced the chat the first had just created (its
     question was lost; measured on PostgreSQL with two concurrent requests). The
     other request is made to win the race here, between the append and the save."""
-    from chatarchive.examples.streaming import create_app
+    from examples.streaming_app import create_app
 
     class Raced(AsyncChatArchive):
         async def append(self, chat_id: str, messages: Any, **fields: Any) -> Any:

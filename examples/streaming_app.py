@@ -2,10 +2,10 @@
 keeps every chunk: if the process dies mid-answer, the text sent so far is in
 the archive, in a message marked incomplete.
 
-Run it with::
+Run it from this directory (with ``pip install fastapi uvicorn``)::
 
     CHATARCHIVE_DATABASE_URL=sqlite:///chatarchive.db \\
-        uvicorn --factory chatarchive.examples.streaming:app_from_environment
+        uvicorn --factory streaming_app:app_from_environment
 """
 
 from __future__ import annotations

@@ -1,1 +1,0 @@
-"""Runnable examples (they need the ``dev`` extra: FastAPI and uvicorn)."""
