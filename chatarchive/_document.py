@@ -48,11 +48,14 @@ __all__ = [
     "Feedback",
     "Limits",
     "Message",
+    "Timestamp",
     "ToolCall",
     "ToolFunction",
     "Usage",
     "check_limits",
     "new_id",
+    "parse_feedback",
+    "parse_messages",
 ]
 
 #: Message fields that belong to the archive, not to the OpenAI message shape;
