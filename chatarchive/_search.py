@@ -43,8 +43,8 @@ HIGHLIGHT = ("«", "»")
 
 #: A search takes at most this many words (runs of letters and digits, as
 #: ``\w+`` counts them). PostgreSQL's snippets (``ts_headline``) cost more than
-#: the square of a query's words for each hit: 1,000 of them take ~1.7 s a hit,
-#: 3,000 ~15 s, 64 a few milliseconds. Web search engines cap queries alike.
+#: the square of a query's words for each hit: a query of thousands of words
+#: would hold a connection for minutes. Web search engines cap queries alike.
 MAX_QUERY_WORDS = 64
 _WORD = re.compile(r"\w+")
 

@@ -4,8 +4,7 @@ The view found the first tool message answering each call through the partial
 index on ``(chat_id, tool_call_id, position)``, then looked that message up
 again by primary key for its text: a second index descent and a subquery per
 call. It now takes the text in the same pass (``DISTINCT ON`` over that
-index). Same rows; over a million messages (131,690 calls) the view's full
-aggregate took 926 -> 639 ms. A list content is still read from its text parts.
+index). Same rows, in about two thirds of the time. A list content is still read from its text parts.
 The view keeps its name, columns, comments and ``security_invoker``; the
 legacy ``function_call`` branch is unchanged. SQLite: nothing changes.
 

@@ -243,8 +243,7 @@ class PostgreSQL(Backend):
         created in SQL and any an operator added are rebuilt as they were. GIN
         indexes (full text) stay: their cost is tokenizing each row, the same
         whether rows are indexed as they arrive or in a rebuild, and a rebuild
-        would re-tokenize every row already stored (42,000 messages
-        bulk-loaded next to 1,050,000 took 72 s with the rebuild, 4.9 s without)."""
+        would re-tokenize every row already stored (see the performance page)."""
         executor.execute(text(f"LOCK TABLE {', '.join(_TABLES)} IN ACCESS EXCLUSIVE MODE"))
         tables = {"tables": _TABLES}
         foreign_keys = list(executor.execute(_FOREIGN_KEYS, tables))
@@ -547,7 +546,7 @@ def _documents_query(*, scoped: bool, one: bool) -> TextClause:
     ``one``: for a single chat id, compared with ``=``. Once psycopg has
     prepared the statement, PostgreSQL then reuses one generic plan instead of
     planning each call, as it keeps doing for ``= ANY(array)`` (whose generic
-    plan it estimates for several ids): ~0.1 ms of each ``get``.
+    plan it estimates for several ids).
     """
     children = []
     for table, order in DOCUMENT_ORDER.items():
@@ -722,8 +721,8 @@ SEARCHED_CHARACTERS = 100_000
 RANKED_CANDIDATES = 100
 
 #: A first search samples about this many of the index entries of each of its
-#: words (``gin_fuzzy_search_limit``): a word found in half a million parts
-#: then costs a few milliseconds instead of ~60. If the sample yields fewer
+#: words (``gin_fuzzy_search_limit``), so that a word found in half the
+#: archive is not read whole to rank a page of hits. If the sample yields fewer
 #: hits than asked for, the search runs again over every match.
 SAMPLED_MATCHES = 5000
 

@@ -396,8 +396,8 @@ def test_odd_search_input_is_harmless(loaded: ChatRepository, query: str) -> Non
 
 
 def test_a_query_of_more_than_64_words_is_refused(loaded: ChatRepository) -> None:
-    # PostgreSQL's snippets of a 3,000-word query took ~15 s a hit: a search box
-    # could hold a backend for minutes. Punctuation does not count as words.
+    # PostgreSQL's snippets of a query of thousands of words cost seconds a hit:
+    # a search box could hold a backend for minutes. Punctuation does not count as words.
     assert [h.position for h in loaded.search(" ".join(["primer"] * 64) + " -- & !")] == [3, 4]
     for query in [" ".join(["primer"] * 65), '"' + "primer " * 3000 + '"', "a-" * 65]:
         with pytest.raises(InvalidArgument) as error:

@@ -404,9 +404,8 @@ def test_asyncio_save_many_writes_with_copy_on_postgresql(
     archive: ChatArchive, engine: Engine, async_engine: AsyncEngine, runner: asyncio.Runner
 ) -> None:
     """The asyncio API's save_many writes rows with binary COPY on PostgreSQL,
-    as the synchronous one does (measured: ~2.2x the messages a second of
-    SQLAlchemy's executemany, which it used, with the search index off), text
-    escaped the same way; SQLite's executemany stays."""
+    as the synchronous one does, text escaped the same way; SQLite's
+    executemany stays."""
     docs: list[Any] = list(generate_chats(6, 3, seed=4))
     at = "2026-01-01T00:00:00Z"
     hostile = [

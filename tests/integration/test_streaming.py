@@ -372,7 +372,7 @@ def test_the_example_app_keeps_both_first_questions_of_a_new_chat(
 ) -> None:
     """Two first questions to a new chat at once: both appends find no chat, and
     the second request's save replaced the chat the first had just created (its
-    question was lost; measured on PostgreSQL with two concurrent requests). The
+    question was lost, as two concurrent requests on PostgreSQL showed). The
     other request is made to win the race here, between the append and the save."""
     from examples.streaming_app import create_app
 
