@@ -2,7 +2,7 @@
 
 They change (or look at) the archive for every user, so a user's archive
 (``for_user``) may look but not change. Each runs on a connection of the
-archive's own (:class:`~chatarchive._repository.plans.Connected`).
+archive's own (``_repository.plans.Connected``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ __all__ = [
 def upgrade(face: FaceFacts, /, revision: str = "head", *, lock_timeout: float | None = None) -> Plan[None]:
     """Migrate the database to ``revision`` (default: this version's newest).
 
-    ``lock_timeout`` (seconds; PostgreSQL): fail with :class:`ConflictError`,
+    ``lock_timeout`` (seconds; PostgreSQL): fail with ``ConflictError``,
     changing nothing, when a lock the migration needs is not free within that
     time (a long query on a table it alters), rather than wait and hold up
     every query that comes after it meanwhile.
@@ -46,7 +46,7 @@ def upgrade(face: FaceFacts, /, revision: str = "head", *, lock_timeout: float |
 
 def downgrade(face: FaceFacts, /, revision: str, *, lock_timeout: float | None = None) -> Plan[None]:
     """Migrate the database down to ``revision`` (``"base"`` drops every
-    table); ``lock_timeout`` as for :meth:`upgrade`."""
+    table); ``lock_timeout`` as for ``upgrade``."""
     _archive_wide(face, "downgrade")
     require_archive_file(face.url)
     migration = partial(migrate, revision=revision, up=False, lock_timeout=lock_timeout)
@@ -97,7 +97,7 @@ def set_row_level_security(face: FaceFacts, /, enabled: bool) -> Plan[None]:
 
 
 def search_index(face: FaceFacts, /) -> Plan[bool]:
-    """Whether the archive has its full-text search index (see :meth:`set_search_index`)."""
+    """Whether the archive has its full-text search index (see ``set_search_index``)."""
     enabled: bool = yield Connected(face.backend.search_index)
     return enabled
 
@@ -108,7 +108,7 @@ def set_search_index(face: FaceFacts, /, enabled: bool) -> Plan[None]:
     Indexing each message's text is most of what a write costs on PostgreSQL:
     an archive that is not searched, or one being loaded before it is
     searched, writes faster without it. While it is off, ``search`` raises
-    :class:`SchemaNotReady`; turning it on indexes every stored message, in one
+    ``SchemaNotReady``; turning it on indexes every stored message, in one
     transaction during which writes wait (reads go on). Dropping it waits for
     the queries running on the messages and their parts, and holds back new
     ones for that short moment. The setting is the database's: every
@@ -126,7 +126,7 @@ def rebuild_search_index(face: FaceFacts, /) -> Plan[None]:
     rows by rowid), or after changing PostgreSQL's text search dictionaries.
 
     Raises:
-        SchemaNotReady: the index is off (:meth:`set_search_index`).
+        SchemaNotReady: the index is off (``set_search_index``).
     """
     _archive_wide(face, "rebuild_search_index")
     yield Connected(face.backend.rebuild_search_index, transaction=True)

@@ -2,7 +2,7 @@
 
 Their operations are declared once, in ``chatarchive._operations``; each face
 here adds only how it runs a step. An archive owns an engine and runs each
-operation in a transaction of its own (:meth:`ChatArchive.transaction` for
+operation in a transaction of its own (``ChatArchive.transaction`` for
 several in one); a repository works inside the caller's session or connection
 and never commits.
 """
@@ -155,12 +155,12 @@ class ChatArchive(ChatOperations, ArchiveOperations, _Archive[Engine], SyncFace)
             ``sqlite:///chatarchive.db`` in the working directory.
             ``postgresql://`` URLs use psycopg 3.
         engine: use this engine instead of creating one from ``url``.
-        limits: the largest input accepted (:class:`Limits`; defaults if not given).
+        limits: the largest input accepted (``Limits``; defaults if not given).
         statement_timeout: seconds after which PostgreSQL cancels a statement
-            (the call then raises :class:`DatabaseError` and changes nothing).
-        **engine_options: passed to :func:`sqlalchemy.create_engine`.
+            (the call then raises ``DatabaseError`` and changes nothing).
+        **engine_options: passed to ``sqlalchemy.create_engine``.
 
-    Use :meth:`transaction` to make several calls in one transaction.
+    Use ``transaction`` to make several calls in one transaction.
 
     Example:
         >>> from chatarchive import ChatArchive
@@ -207,7 +207,7 @@ class ChatArchive(ChatOperations, ArchiveOperations, _Archive[Engine], SyncFace)
     def close(self) -> None:
         """Close the archive's pooled connections (when it created the engine).
         The archive, and the archives of its ``for_user``, then refuse every
-        call with :class:`ArchiveClosed`; closing again does nothing."""
+        call with ``ArchiveClosed``; closing again does nothing."""
         self._closed = True
         if self._owns_engine:
             self._engine.dispose()
@@ -292,11 +292,11 @@ class ChatArchive(ChatOperations, ArchiveOperations, _Archive[Engine], SyncFace)
 
 
 class AsyncChatArchive(ChatOperations, ArchiveOperations, _Archive[AsyncEngine], AsyncFace):
-    """:class:`ChatArchive` for asyncio applications: the same calls, awaited,
-    each in its own transaction; :meth:`transaction` for several in one.
+    """``ChatArchive`` for asyncio applications: the same calls, awaited,
+    each in its own transaction; ``transaction`` for several in one.
 
     Args:
-        url: as for :class:`ChatArchive` (SQLite URLs use aiosqlite).
+        url: as for ``ChatArchive`` (SQLite URLs use aiosqlite).
         engine: an ``AsyncEngine`` to use instead.
         limits: the largest input accepted.
         statement_timeout: seconds after which PostgreSQL cancels a statement.
@@ -327,13 +327,13 @@ class AsyncChatArchive(ChatOperations, ArchiveOperations, _Archive[AsyncEngine],
         return self._engine
 
     def for_user(self, user_id: str) -> AsyncChatArchive:
-        """The same archive seen by one user; see :meth:`ChatArchive.for_user`."""
+        """The same archive seen by one user; see ``ChatArchive.for_user``."""
         scoped = AsyncChatArchive(engine=self._engine, limits=self._limits)
         self._scoped(scoped, user_id)
         return scoped
 
     async def close(self) -> None:
-        """Close the archive's pooled connections; see :meth:`ChatArchive.close`."""
+        """Close the archive's pooled connections; see ``ChatArchive.close``."""
         self._closed = True
         if self._owns_engine:
             await self._engine.dispose()
@@ -414,21 +414,21 @@ class AsyncChatArchive(ChatOperations, ArchiveOperations, _Archive[AsyncEngine],
 # -- the repositories -------------------------------------------------------------------------
 
 
-_Session = TypeVar("_Session", Session | Connection, AsyncSession | AsyncConnection)
+SessionOrConnection = TypeVar("SessionOrConnection", Session | Connection, AsyncSession | AsyncConnection)
 
 
-class _Repository(Generic[_Session]):
+class _Repository(Generic[SessionOrConnection]):
     """What is not I/O in a repository: its session, options and state."""
 
     def __init__(
         self,
-        session: _Session,
+        session: SessionOrConnection,
         *,
         savepoints: bool = True,
         limits: Limits | None = None,
         user_id: str | None = None,
     ) -> None:
-        self._session: _Session = session
+        self._session: SessionOrConnection = session
         self._savepoints = require_flag(savepoints, "savepoints")
         self._limits = check_limits(limits)
         self._user_id = None if user_id is None else require_user_id(user_id)
@@ -471,13 +471,13 @@ class ChatRepository(ChatOperations, _Repository[Session | Connection], SyncFace
     The repository never commits: the caller owns the transaction. Each write
     runs in a savepoint, so a call that fails leaves nothing behind and the
     caller's transaction stays usable. Errors are chatarchive's own
-    (:class:`~chatarchive.ChatArchiveError` and subclasses).
+    (``ChatArchiveError`` and subclasses).
 
     Args:
         session: a SQLAlchemy session (or connection) on a migrated database.
         savepoints: wrap each write in a savepoint (turn off only when the
             transaction holds exactly one call).
-        limits: the largest input accepted (see :class:`Limits`); the defaults
+        limits: the largest input accepted (see ``Limits``); the defaults
             when not given.
         user_id: scope every call to this user's chats: another user's chat is
             reported as not found, saved chats belong to this user, and on
@@ -515,7 +515,7 @@ class ChatRepository(ChatOperations, _Repository[Session | Connection], SyncFace
 
 
 class AsyncChatRepository(ChatOperations, _Repository[AsyncSession | AsyncConnection], AsyncFace):
-    """:class:`ChatRepository` for an ``AsyncSession`` (or ``AsyncConnection``):
+    """``ChatRepository`` for an ``AsyncSession`` (or ``AsyncConnection``):
     the same calls, awaited.
 
     Never commits; the caller owns the transaction. Calls gathered at once

@@ -1,6 +1,6 @@
 """Checks of the arguments a call is given, before anything reaches the database.
 
-Each check raises :class:`~chatarchive.InvalidArgument` naming the argument, so
+Each check raises ``InvalidArgument`` naming the argument, so
 that a wrong call fails the same way on both databases instead of somewhere
 inside a driver.
 """
@@ -102,7 +102,7 @@ def fits_utc(value: datetime) -> bool:
 
 
 def optional_moment(value: object, name: str) -> datetime | None:
-    """:func:`require_moment`, letting ``None`` (no bound) through."""
+    """``require_moment``, letting ``None`` (no bound) through."""
     return None if value is None else require_moment(value, name)
 
 
@@ -116,7 +116,7 @@ def require_text(value: object, name: str) -> str:
 
 
 def optional_text(value: object, name: str) -> str | None:
-    """:func:`require_text`, letting ``None`` (no filter) through."""
+    """``require_text``, letting ``None`` (no filter) through."""
     return None if value is None else require_text(value, name)
 
 

@@ -118,7 +118,7 @@ DEFAULT_LIMITS = Limits()
 
 
 def check_limits(limits: object) -> Limits | None:
-    """Refuse a ``limits`` argument that is neither None nor a :class:`Limits`
+    """Refuse a ``limits`` argument that is neither None nor a ``Limits``
     (a dict of them would be taken for none)."""
     if limits is not None and not isinstance(limits, Limits):
         raise InvalidArgument(f"limits must be a Limits, not {type(limits).__name__}", argument="limits")
@@ -354,7 +354,7 @@ class Usage(_Record):
 class Message(_Record):
     """One chat message in the OpenAI chat-completions shape, plus archive fields.
 
-    ``content`` may be a string (``""`` included), a list of :class:`ContentPart`,
+    ``content`` may be a string (``""`` included), a list of ``ContentPart``,
     ``None``, or absent; each form is restored as it came. Archive fields: ``uid``
     (generated when absent), ``created_at`` (set when saved, if absent),
     ``updated_at``, ``completed``, ``model``, ``finish_reason`` and ``usage``.

@@ -92,7 +92,7 @@ def create_engine(
 def create_async_engine(
     url: str | URL | None = None, *, statement_timeout: float | None = None, **options: Any
 ) -> AsyncEngine:
-    """The asyncio twin of :func:`create_engine`: psycopg 3's async driver for
+    """The asyncio twin of ``create_engine``: psycopg 3's async driver for
     PostgreSQL, aiosqlite for SQLite, set up the same way."""
     parsed = database_url(url)
     backend = backend_named(parsed.get_backend_name())

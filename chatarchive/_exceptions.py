@@ -1,6 +1,6 @@
 """Errors raised by chatarchive.
 
-Every error chatarchive raises on purpose derives from :class:`ChatArchiveError`;
+Every error chatarchive raises on purpose derives from ``ChatArchiveError``;
 database driver errors are translated where they are raised (see
 ``chatarchive._backends.database_errors``) and never escape raw::
 

@@ -94,7 +94,7 @@ def read_records(stream: IO[str], source: str) -> Iterator[Record]:
     file is JSON Lines if its name says so or if its first value fills its line
     and another line follows: then it is read a line at a time, a broken line
     is reported and the next ones are read on (lines end at ``\n`` only, as JSON
-    text may hold U+2028 and other characters that :meth:`str.splitlines`
+    text may hold U+2028 and other characters that ``str.splitlines``
     breaks lines at). Otherwise values are read one after another, and reading
     stops where the text breaks."""
     if _uncompressed_name(source).endswith(_JSONL_SUFFIXES):

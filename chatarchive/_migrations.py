@@ -63,7 +63,7 @@ def migrate(connection: Connection, revision: str, *, up: bool, lock_timeout: fl
 
     ``lock_timeout`` (seconds; PostgreSQL): how long the migration may wait for
     each lock it needs (a table a long query reads, say) before it fails with
-    :class:`ConflictError` and changes nothing, instead of holding up, behind
+    ``ConflictError`` and changes nothing, instead of holding up, behind
     its own wait, every query that comes after it."""
     require_text(revision, "revision")
     config = alembic_config()

@@ -2,11 +2,11 @@
 
 ``ChatArchive``, ``AsyncChatArchive``, ``ChatRepository`` and
 ``AsyncChatRepository`` offer the same operations (``save``, ``get``,
-``append``...). Each is declared here once, in :class:`ChatOperations` (and
-the archive-wide ones in :class:`ArchiveOperations`), from its one
+``append``...). Each is declared here once, in ``ChatOperations`` (and
+the archive-wide ones in ``ArchiveOperations``), from its one
 implementation: a function of a unit of work, or a plan of steps (see
-``chatarchive._repository.plans``). A face is a :class:`SyncFace` or an
-:class:`AsyncFace`: the declaration gives the same operation, with the same
+``chatarchive._repository.plans``). A face is a ``SyncFace`` or an
+``AsyncFace``: the declaration gives the same operation, with the same
 arguments, documentation and errors, returning its result on the first and
 awaitable on the second. The faces differ only in how they carry out a step:
 in a transaction of their own (archives) or in the caller's (repositories).
@@ -310,7 +310,7 @@ class _AsyncInput:
     """An async iterable read by save_many's preparing thread: each item is
     awaited on the event loop that runs save_many, while the thread waits for
     it, so batches are prepared ahead of the writes as from an iterable.
-    :meth:`close` cancels the item being awaited, if any (save_many stopped
+    ``close`` cancels the item being awaited, if any (save_many stopped
     early, and the next item of an idle stream may be long to come)."""
 
     def __init__(self, docs: AsyncIterable[Any], loop: asyncio.AbstractEventLoop) -> None:
@@ -353,72 +353,114 @@ class _AsyncInput:
 
 class _Declared(Generic[P, R]):
     """An operation declared once, from the function ``start`` that makes its
-    plan (given the face's facts and the call's arguments); bound to a face,
-    it is a method of that face."""
+    plan (given the face's facts and the call's arguments): bound to a face,
+    it is a method of that face; read from a face's class, a function of the
+    face and the call's arguments (as a method read from its class is), with
+    the source's documentation and signature."""
 
-    def __init__(self, start: Callable[Concatenate[FaceFacts, P], Any], source: Callable[..., Any]) -> None:
+    def __init__(
+        self, start: Callable[Concatenate[FaceFacts, P], Any], source: Callable[..., Any], *, streams: bool
+    ) -> None:
         self._start = start
+        self._streams = streams
         self.__doc__ = source.__doc__
         self.__wrapped__ = source
-        parameters = list(inspect.signature(source).parameters.values())[1:]
-        self.__signature__ = inspect.Signature(parameters)
+        signature = inspect.signature(source)
+        self._parameters = list(signature.parameters.values())[1:]
+        self._returns = signature.return_annotation
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.__name__ = name
-        self.__qualname__ = f"{owner.__name__}.{name}"
 
-    def _bind(self, call: Callable[..., Any]) -> Callable[..., Any]:
+    def _get(self, face: object, owner: type) -> Any:
+        if face is None:
+            return self._method(owner)
+        start = self._start
+        call: Callable[..., Any]
+        if self._streams:
+            assert isinstance(face, (SyncFace, AsyncFace))
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                return face._stream(start(face._facts(), *args, **kwargs))
+
+        elif isinstance(face, SyncFace):
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                return face._run(start(face._facts(), *args, **kwargs))
+
+        else:
+            assert isinstance(face, AsyncFace)
+
+            async def call(*args: Any, **kwargs: Any) -> Any:
+                return await face._run(start(face._facts(), *args, **kwargs))
+
+        return self._named(
+            call, owner, inspect.Signature(self._parameters, return_annotation=self._result(owner))
+        )
+
+    def _method(self, owner: type) -> Callable[..., Any]:
+        name = self.__name__
+        method: Callable[..., Any]
+        if issubclass(owner, AsyncFace) and not self._streams:
+
+            async def method(face: Any, /, *args: Any, **kwargs: Any) -> Any:
+                return await getattr(face, name)(*args, **kwargs)
+
+        else:
+
+            def method(face: Any, /, *args: Any, **kwargs: Any) -> Any:
+                return getattr(face, name)(*args, **kwargs)
+
+        itself = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        signature = inspect.Signature([itself, *self._parameters], return_annotation=self._result(owner))
+        return self._named(method, owner, signature)
+
+    def _result(self, owner: type) -> Any:
+        """What a call returns, as the face shows it: a plan's result, a
+        stream's iterator (asynchronous on an asyncio face)."""
+        returns = self._returns
+        if not isinstance(returns, str):
+            return returns
+        if returns.startswith("Plan["):
+            return returns[len("Plan[") : -1]
+        if returns.startswith("Stream["):
+            items = returns[len("Stream[") : -1]
+            return f"AsyncIterator[{items}]" if issubclass(owner, AsyncFace) else f"Iterator[{items}]"
+        return returns
+
+    def _named(
+        self, call: Callable[..., Any], owner: type, signature: inspect.Signature
+    ) -> Callable[..., Any]:
         call.__name__ = self.__name__
-        call.__qualname__ = self.__qualname__
+        call.__qualname__ = f"{owner.__name__}.{self.__name__}"
+        call.__module__ = owner.__module__
         call.__doc__ = self.__doc__
-        call.__signature__ = self.__signature__  # type: ignore[attr-defined]
+        call.__signature__ = signature  # type: ignore[attr-defined]
         return call
 
 
 class _Operation(_Declared[P, R]):
     @overload
-    def __get__(self, face: None, owner: type) -> _Operation[P, R]: ...
+    def __get__(self, face: None, owner: type) -> Callable[..., Any]: ...
     @overload
     def __get__(self, face: SyncFace, owner: type) -> Callable[P, R]: ...
     @overload
     def __get__(self, face: AsyncFace, owner: type) -> Callable[P, Coroutine[Any, Any, R]]: ...
 
     def __get__(self, face: object, owner: type) -> Any:
-        if face is None:
-            return self
-        start = self._start
-        if isinstance(face, SyncFace):
-
-            def run(*args: Any, **kwargs: Any) -> Any:
-                return face._run(start(face._facts(), *args, **kwargs))
-
-            return self._bind(run)
-        assert isinstance(face, AsyncFace)
-
-        async def run_async(*args: Any, **kwargs: Any) -> Any:
-            return await face._run(start(face._facts(), *args, **kwargs))
-
-        return self._bind(run_async)
+        return self._get(face, owner)
 
 
 class _StreamOperation(_Declared[P, R]):
     @overload
-    def __get__(self, face: None, owner: type) -> _StreamOperation[P, R]: ...
+    def __get__(self, face: None, owner: type) -> Callable[..., Any]: ...
     @overload
     def __get__(self, face: SyncFace, owner: type) -> Callable[P, Iterator[R]]: ...
     @overload
     def __get__(self, face: AsyncFace, owner: type) -> Callable[P, AsyncIterator[R]]: ...
 
     def __get__(self, face: object, owner: type) -> Any:
-        if face is None:
-            return self
-        start = self._start
-        assert isinstance(face, (SyncFace, AsyncFace))
-
-        def run(*args: Any, **kwargs: Any) -> Any:
-            return face._stream(start(face._facts(), *args, **kwargs))
-
-        return self._bind(run)
+        return self._get(face, owner)
 
 
 def _one_step(kind: Kind, function: Callable[Concatenate[Unit, P], R]) -> _Operation[P, R]:
@@ -428,7 +470,7 @@ def _one_step(kind: Kind, function: Callable[Concatenate[Unit, P], R]) -> _Opera
         result: R = yield Step(kind, lambda unit: function(unit, *args, **kwargs))
         return result
 
-    return _Operation(start, function)
+    return _Operation(start, function, streams=False)
 
 
 def reading(function: Callable[Concatenate[Unit, P], R]) -> _Operation[P, R]:
@@ -443,12 +485,12 @@ def writing(function: Callable[Concatenate[Unit, P], R]) -> _Operation[P, R]:
 
 def planned(function: Callable[Concatenate[FaceFacts, P], Plan[R]]) -> _Operation[P, R]:
     """An operation of several steps."""
-    return _Operation(function, function)
+    return _Operation(function, function, streams=False)
 
 
 def streamed(function: Callable[Concatenate[FaceFacts, P], Stream[T]]) -> _StreamOperation[P, T]:
     """An operation whose steps hand items to whoever iterates it."""
-    return _StreamOperation(function, function)
+    return _StreamOperation(function, function, streams=True)
 
 
 class ChatOperations:

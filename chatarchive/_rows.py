@@ -354,7 +354,7 @@ _FEEDBACK_ORDERED = (("extra", _keys(Feedback)),)
 
 
 def chat_ordered_json(values: Mapping[str, Any]) -> Row | None:
-    """:func:`ordered_json` of those of a chat row's JSON columns in ``values``."""
+    """``ordered_json`` of those of a chat row's JSON columns in ``values``."""
     return ordered_json(values, [(name, known) for name, known in CHAT_ORDERED if name in values])
 
 

@@ -436,7 +436,7 @@ DOCUMENT_ORDER: dict[Table, tuple[Column[Any], ...]] = dict(
     )
 )
 
-#: Ids looked up per statement (see :func:`in_pieces`).
+#: Ids looked up per statement (see ``in_pieces``).
 IDS_PER_STATEMENT = 10_000
 
 

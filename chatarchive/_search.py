@@ -101,7 +101,7 @@ class SearchWords:
 
 
 def check_query(query: str) -> None:
-    """Refuse a search query of more than :data:`MAX_QUERY_WORDS` words."""
+    """Refuse a search query of more than ``MAX_QUERY_WORDS`` words."""
     words = sum(1 for _ in _WORD.finditer(query))
     if words > MAX_QUERY_WORDS:
         raise InvalidArgument(
@@ -157,7 +157,7 @@ def typed_search(statement: TextClause, params: dict[str, Any]) -> TextualSelect
 
 
 def hits(rows: Any) -> list[SearchHit]:
-    """The hits of a search statement's rows (see :func:`typed_search`)."""
+    """The hits of a search statement's rows (see ``typed_search``)."""
     return [
         SearchHit(
             chat_id=row.chat_id,

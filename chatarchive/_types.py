@@ -10,7 +10,7 @@ stored as they are. SQLite stores NUL natively and needs no escape.
 exponent, so ``1e300`` would come back as the integer 10**300. Floats written
 with an exponent are therefore stored in positional notation with a fraction
 (``1000...0.0``), which reads back as the same float. What ``jsonb`` cannot
-keep at all (an object's key order, negative zero) :func:`jsonb_keeps` finds,
+keep at all (an object's key order, negative zero) ``jsonb_keeps`` finds,
 for the rows' ``ordered_json`` column (see ``_rows.ordered_json``).
 
 Timestamps are stored in UTC and always read back timezone-aware.
@@ -100,14 +100,14 @@ def postgres_json_text(value: Any) -> str:
 
 
 def unescape_json_text(text: str) -> str:
-    """Undo :func:`escape_json_text` on JSON text read back from PostgreSQL."""
+    """Undo ``escape_json_text`` on JSON text read back from PostgreSQL."""
     if _ESC in text:
         return text.replace(_ESC_NUL, "\\u0000").replace(_ESC_ESC, _ESC)
     return text
 
 
 def unescape_value(value: Any) -> Any:
-    """Undo :func:`escape_text` on every string (keys included) of a JSON value."""
+    """Undo ``escape_text`` on every string (keys included) of a JSON value."""
     if isinstance(value, str):
         return unescape_text(value)
     if isinstance(value, dict):

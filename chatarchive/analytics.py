@@ -1,6 +1,6 @@
 """Answers to the common questions about an archive, as typed rows.
 
-Every function takes the archive (a :class:`~chatarchive.ChatArchive`, or a
+Every function takes the archive (a ``ChatArchive``, or a
 SQLAlchemy ``Session`` / ``Connection`` on its database) and the same filters:
 
 - ``since`` / ``until``: bound the time of what is counted (inclusive /
@@ -9,12 +9,12 @@ SQLAlchemy ``Session`` / ``Connection`` on its database) and the same filters:
 - ``user_id``, ``model`` (the chat's chosen model), ``workflow`` (the workflow
   context's name).
 
-A user's archive (:meth:`~chatarchive.ChatArchive.for_user`) counts only that
+A user's archive (``ChatArchive.for_user``) counts only that
 user's chats, as its own calls see only them.
 
 The queries read the views that migration 0002 creates (``chat_stats``,
-``tool_call_results``, ``daily_usage``, ``feedback_summary``); the README's
-"SQL analytics" section shows the same questions as plain SQL.
+``tool_call_results``, ``daily_usage``, ``feedback_summary``); the SQL
+reference's ready queries ask more questions in plain SQL.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ __all__ = [
     "workflow_usage",
 ]
 
-#: The README's ready queries (plain SQL over the views; each runs on both databases).
+#: The ready queries of the SQL reference (plain SQL over the views; each runs on both databases).
 READY_QUERIES: dict[str, str] = {
     "tool_failure_rate": """
 SELECT tool_name, COUNT(*) AS calls, SUM(1 - answered) AS unanswered,

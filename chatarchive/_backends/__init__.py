@@ -1,10 +1,10 @@
 """The databases an archive can live in, one backend each: PostgreSQL and SQLite.
 
-:func:`backend_of` is the one place that asks which database a connection,
+``backend_of`` is the one place that asks which database a connection,
 session or engine is on; everything that differs between the two is a method
-of the backend it returns (see :class:`~chatarchive._backends.base.Backend`).
+of the backend it returns (see ``_backends.base.Backend``).
 Driver errors are translated into chatarchive's own here too
-(:func:`database_errors`).
+(``database_errors``).
 """
 
 from __future__ import annotations

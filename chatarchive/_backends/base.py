@@ -1,12 +1,12 @@
 """The one interface behind which each database keeps its differences.
 
 Everything chatarchive does that is not the same SQL on PostgreSQL and SQLite
-is a method of :class:`Backend`: setting up engines and connections, the
+is a method of ``Backend``: setting up engines and connections, the
 column types' conversions, translating driver errors, reading whole documents,
 writing many rows, creating a chat if absent, search, telling the database
 whose rows a transaction may see, row-level security, JSON field access for
 analytics, the bulk-load DDL and the migrations' locking. The rest of the code
-asks :func:`chatarchive._backends.backend_of` for the backend and never which
+asks ``_backends.backend_of`` for the backend and never which
 database it is on.
 """
 
@@ -88,7 +88,7 @@ class Backend(ABC):
     def async_engine_options(
         self, url: URL, options: dict[str, Any], *, statement_timeout: float | None
     ) -> None:
-        """:meth:`engine_options` for an asyncio engine."""
+        """``engine_options`` for an asyncio engine."""
         self.engine_options(url, options, statement_timeout=statement_timeout)
 
     @abstractmethod
@@ -117,7 +117,7 @@ class Backend(ABC):
         return engine
 
     def write_on(self, connection: Connection) -> None:
-        """:meth:`for_writing` for one connection taken from the pool already."""
+        """``for_writing`` for one connection taken from the pool already."""
         return
 
     # -- errors ---------------------------------------------------------------------
@@ -175,7 +175,7 @@ class Backend(ABC):
         return None
 
     def end_bulk(self, executor: Executor, load: BulkLoad) -> None:
-        """Undo :meth:`begin_bulk`, checking every row loaded."""
+        """Undo ``begin_bulk``, checking every row loaded."""
         for statement in load.restore:
             executor.execute(text(statement))
 

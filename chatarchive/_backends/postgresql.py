@@ -405,7 +405,7 @@ def _iso_dates(engine: Engine) -> None:
 
 def _ping_idle_connections(engine: Engine) -> None:
     """A connection that sat idle in the pool for more than
-    :data:`PING_AFTER_IDLE` seconds is pinged before use and replaced if the
+    ``PING_AFTER_IDLE`` seconds is pinged before use and replaced if the
     server has gone away (after a restart, say); connections in steady use
     skip the round trip that ``pool_pre_ping`` would cost on every call."""
 
@@ -468,7 +468,7 @@ def _fetch_all(
     """The rows of ``statement`` (with untyped parameters), run on the psycopg
     connection under ``connection``: its synchronous one, or under the asyncio
     API its asynchronous one, awaited with SQLAlchemy's
-    ``AdaptedConnection.run_async``; errors as :func:`driver_call` says."""
+    ``AdaptedConnection.run_async``; errors as ``driver_call`` says."""
     pooled = connection.connection
     driver, adapted = pooled.driver_connection, pooled.dbapi_connection
     sql = _psycopg_sql(statement)
@@ -671,7 +671,7 @@ class _AsyncCopyWriter:
 
 
 def copy_values(table: Table, rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
-    """``rows`` of ``table`` as :func:`copy_prepared` takes them."""
+    """``rows`` of ``table`` as ``copy_prepared`` takes them."""
     return [
         tuple(Jsonb(value) if type(value) is dict else value for value in row)
         for row in _copy_plan(table).values(rows)
@@ -679,9 +679,9 @@ def copy_values(table: Table, rows: Sequence[Mapping[str, Any]]) -> list[tuple[A
 
 
 def copy_prepared(driver: Any, table: Table, values: Sequence[tuple[Any, ...]], *, schema: str) -> None:
-    """Copy the rows :func:`copy_values` prepared into ``schema``'s table of
+    """Copy the rows ``copy_values`` prepared into ``schema``'s table of
     ``table``'s name, as the archive copies them, through a connection of
-    :func:`bare_connection`: ``chatarchive bench``'s reference, which does
+    ``bare_connection``: ``chatarchive bench``'s reference, which does
     nothing else."""
     plan = _copy_plan(table)
     statement = plan.statement.replace(f"COPY {table.name} ", f"COPY {schema}.{table.name} ", 1)

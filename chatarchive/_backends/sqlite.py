@@ -328,7 +328,7 @@ class _MemoryPool(sqlalchemy.pool.QueuePool):
 
 
 class _AsyncMemoryPool(_MemoryPool, sqlalchemy.pool.AsyncAdaptedQueuePool):
-    """:class:`_MemoryPool` for the asyncio engine: lent to one task at a time."""
+    """``_MemoryPool`` for the asyncio engine: lent to one task at a time."""
 
     def _caller(self) -> object:
         try:

@@ -3,7 +3,7 @@
 Preparing a batch (pydantic validation, conversion to rows) takes Python's
 time; writing it mostly waits for the server, with the GIL released. So batch
 N+1 is prepared while batch N is written, in memory that does not grow with
-the input: at most :data:`AHEAD` batches wait for the writer.
+the input: at most ``AHEAD`` batches wait for the writer.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def check_save_many(
 ) -> None:
     """The arguments of save_many, checked before anything is read: ``docs``
     an iterable of documents (not one document), ``batch_size`` from 1 to
-    :data:`MAX_BATCH_SIZE`, ``bulk`` a bool, ``on_error`` None or a callable,
+    ``MAX_BATCH_SIZE``, ``bulk`` a bool, ``on_error`` None or a callable,
     ``writers`` at least one (one for a bulk load)."""
     require_many(docs, "docs", "chat documents (save takes one)")
     require_flag(bulk, "bulk")
@@ -114,7 +114,7 @@ class _Failure:
 
 _DONE = object()
 
-#: What :func:`prepared_batches` returns.
+#: What ``prepared_batches`` returns.
 Batches = Generator[PreparedBatch, None, None]
 
 #: How long, at most, a save_many that stops early (an error, Ctrl-C) waits
@@ -132,7 +132,7 @@ def prepared_batches(
     abandoned: threading.Event | None = None,
 ) -> Batches:
     """Batches of validated documents and their rows, prepared in a background
-    thread that reads ``docs`` at most :data:`AHEAD` batches ahead of the
+    thread that reads ``docs`` at most ``AHEAD`` batches ahead of the
     consumer. Setting ``abandoned`` (from any thread) ends the batches early,
     without waiting for the next one."""
     queue: Queue[object] = Queue(maxsize=AHEAD)

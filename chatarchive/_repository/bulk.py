@@ -1,6 +1,6 @@
 """Bulk writes: ``save_many``, a batch at a time, and the bulk-load mode.
 
-Documents are validated and converted in a thread (:mod:`.batches`) while the
+Documents are validated and converted in a thread (``.batches``) while the
 batch before is written: by the backend's fastest row writer (binary ``COPY``
 on PostgreSQL), several chats per statement.
 """
@@ -151,7 +151,7 @@ def _one_at_a_time(on_error: OnError) -> OnError:
 
 @dataclass
 class _Opened:
-    """What :func:`_begin` opened: its savepoint, and a bulk load's own
+    """What ``_begin`` opened: its savepoint, and a bulk load's own
     savepoint and what it took away."""
 
     savepoint: Any

@@ -1,6 +1,6 @@
 """Plans: operations of several steps, written once for every face that runs them.
 
-Most operations are one call in one unit of work (see :mod:`.unit`). A few
+Most operations are one call in one unit of work (see ``.unit``). A few
 take several: ``save_many`` writes batch after batch, ``export`` reads page
 after page, ``delete_older_than`` deletes a batch at a time. Each of these is a
 generator (a *plan*) that yields instructions and is sent their results; it
@@ -100,8 +100,8 @@ class InTransaction(Generic[R]):
 @dataclass(frozen=True)
 class Prepare:
     """Start preparing ``docs`` in batches, in a thread, ahead of the writes
-    (see :func:`.batches.prepared_batches`); the plan is sent a handle for
-    :class:`NextBatch`. The face closes it when the plan ends."""
+    (see ``.batches.prepared_batches``); the plan is sent a handle for
+    ``NextBatch``. The face closes it when the plan ends."""
 
     docs: Docs
     batch_size: int
@@ -156,7 +156,7 @@ class PlanRun(Generic[R]):
         self.result: R | None = None
 
     def next(self) -> Any | None:
-        """The next instruction; ``None`` once the plan has ended (its result in :attr:`result`)."""
+        """The next instruction; ``None`` once the plan has ended (its result in ``result``)."""
         error, self._error = self._error, None
         try:
             if error is not None:

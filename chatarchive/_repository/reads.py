@@ -212,7 +212,7 @@ def _encode_cursor(updated_at: datetime, chat_id: str) -> str:
 
 
 def _decode_cursor(cursor: object) -> tuple[datetime, str]:
-    """The ``(updated_at, chat_id)`` a cursor of :func:`_encode_cursor` holds;
+    """The ``(updated_at, chat_id)`` a cursor of ``_encode_cursor`` holds;
     anything else (a cursor edited by hand) is refused, not half-read."""
     try:
         if not isinstance(cursor, str):

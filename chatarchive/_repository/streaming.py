@@ -41,7 +41,7 @@ def record_completion(unit: Unit, /, chat_id: str, completion: Any, *, choice: i
     package) or a list of its streamed chunks; ``choice`` picks one choice
     when there are several. The message keeps the model, finish reason,
     token usage, the response's id, and every other key of the completion
-    and the choice (see :mod:`chatarchive.formats.openai_completions`).
+    and the choice (see ``formats.openai_completions``).
 
     Returns:
         The stored message.

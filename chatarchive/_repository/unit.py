@@ -1,6 +1,6 @@
 """The unit of work every operation runs in.
 
-A :class:`Unit` is one operation's view of the archive: where its statements
+A ``Unit`` is one operation's view of the archive: where its statements
 run (the caller's session, or a connection the archive opened), the backend
 that speaks to that database, the user whose chats it may see, and the limits
 of its input. Operations are functions of a unit; they never commit: the face
@@ -38,7 +38,7 @@ def now() -> datetime:
 
 def scoped_user(scope: str | None, user_id: object) -> str | None:
     """The user a read is about, for a unit scoped to ``scope`` (``None``:
-    unscoped): ``user_id``, or the scope's own; :data:`NOBODY` when it asks
+    unscoped): ``user_id``, or the scope's own; ``NOBODY`` when it asks
     about another user."""
     user_id = optional_text(user_id, "user_id")
     if scope is None:

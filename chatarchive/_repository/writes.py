@@ -1,6 +1,6 @@
 """Writes: save, append, feedback, update, truncate and delete.
 
-Each is a function of a :class:`~.unit.Unit`; a write locks (or bumps) its
+Each is a function of a ``.unit.Unit``; a write locks (or bumps) its
 chat's row first, so that writes to one chat take turns and its ``version``
 counts every one of them.
 """
@@ -427,7 +427,7 @@ def delete_children(unit: Unit, /, chat_filter: Any) -> None:
 
 
 def require_chat(unit: Unit, /, chat_id: str) -> None:
-    """Raise :class:`ChatNotFound` unless the unit sees the chat."""
+    """Raise ``ChatNotFound`` unless the unit sees the chat."""
     require_text(chat_id, "chat_id")
     with unit.reading():
         found = unit.execute(unit.scoped(select(chats.c.chat_id).where(chats.c.chat_id == chat_id))).first()

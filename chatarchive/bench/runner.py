@@ -526,7 +526,7 @@ class _Bench:
     # -- analytics -------------------------------------------------------------
 
     def _analytics(self) -> None:
-        """Each view's full aggregate, each README query, and full-text searches."""
+        """Each view's full aggregate, each ready query, and full-text searches."""
         from chatarchive.analytics import READY_QUERIES
 
         queries = {f"view_{name}_ms": sql for name, sql in VIEW_AGGREGATES.items()}
@@ -537,7 +537,7 @@ class _Bench:
             for _ in range(3):
                 with self.engine.connect() as connection:
                     if self.postgres:
-                        connection.execute(text("SET jit = off"))  # see the README's note on JIT
+                        connection.execute(text("SET jit = off"))  # see the analytics guide's note on JIT
                     start = time.perf_counter()
                     connection.execute(text(sql)).all()
                     timings.append((time.perf_counter() - start) * 1000)

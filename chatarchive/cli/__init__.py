@@ -1,4 +1,4 @@
-"""The ``chatarchive`` command: it parses arguments and calls :class:`~chatarchive.ChatArchive`.
+"""The ``chatarchive`` command: it parses arguments and calls ``ChatArchive``.
 
 Each module holds a group of commands: ``db`` (migrations and switches),
 ``transfer`` (import and export), ``browse`` (ls, show, rm, stats, search),

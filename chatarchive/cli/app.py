@@ -69,7 +69,7 @@ def _ago(ctx: click.Context, param: click.Parameter, value: str | None) -> datet
 
 
 def before_options(command: Callable[..., None]) -> Callable[..., None]:
-    """``--before D`` and ``--older-than AGE``: read them with :func:`until_of`."""
+    """``--before D`` and ``--older-than AGE``: read them with ``until_of``."""
     command = click.option(
         "--older-than",
         metavar="AGE",
@@ -83,7 +83,7 @@ def before_options(command: Callable[..., None]) -> Callable[..., None]:
 
 def chat_filter_options(command: Callable[..., None]) -> Callable[..., None]:
     """The chat filters of ``ls`` and ``export``, given to the command as one
-    :class:`ChatFilter`, ``where``."""
+    ``ChatFilter``, ``where``."""
 
     @functools.wraps(command)
     def filtered(

@@ -33,7 +33,7 @@ __all__ = ["bench"]
     help="Run in the --db database itself: its chats are deleted (asked first), the workload is left in it.",
 )
 @click.option("--yes", is_flag=True, help="Do not ask before --keep deletes the chats the database holds.")
-@click.option("--analytics", is_flag=True, help="Also time the views, the README queries and searches.")
+@click.option("--analytics", is_flag=True, help="Also time the views, the ready queries and searches.")
 @click.option(
     "--streaming", is_flag=True, help="Also time concurrent streams and append_chunk early and late."
 )

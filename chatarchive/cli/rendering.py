@@ -72,7 +72,7 @@ def _visible(match: re.Match[str]) -> str:
 
 def literal(text: str, style: str = "") -> Text:
     """``text`` for the console as it is: never read as markup or emoji codes,
-    control characters made visible (:func:`printable`)."""
+    control characters made visible (``printable``)."""
     return Text(printable(text), style=style)
 
 

@@ -28,7 +28,7 @@ _PREVIEW = 300
 def render_transcript(doc: ChatDocument) -> Group:
     """Roles, content parts, tool calls with their results, and feedback.
 
-    All text is rendered literally (see :func:`literal`)."""
+    All text is rendered literally (see ``literal``)."""
     lines: list[Text] = [_header(doc)]
     results = {
         message.tool_call_id: message

@@ -1,6 +1,6 @@
 """Adapters between chatarchive's documents and the formats chat systems already speak.
 
-Each adapter converts to and from :class:`~chatarchive.ChatDocument` only (never
+Each adapter converts to and from ``ChatDocument`` only (never
 to rows), in its own module, with the same three functions:
 
 - ``looks_like(data) -> bool``: whether a parsed JSON value is in this format;
@@ -15,7 +15,7 @@ format             what                                           round trip
 ``masterbrain``    Airalogy Masterbrain ``ChatDoc``                exact
 ``malevich``       a list of Malevich Brain messages              exact (timestamps as instants)
 ``sharegpt``       ``{"conversations": [{"from", "value"}]}``      exact
-``chatgpt``        one conversation of ChatGPT's data export      exact (all branches; see README)
+``chatgpt``        one conversation of ChatGPT's data export      exact (all branches; see the formats guide)
 ``openai-finetune`` fine-tuning JSONL lines (export only)         -
 =================  =============================================  =====================
 """
@@ -119,7 +119,7 @@ def _identify_by_content(document: ChatDocument, record: Any) -> None:
 
 def export(doc: ChatDocument | Mapping[str, Any], format: str) -> Any:
     """Export one document (a ``ChatDocument``, or a mapping validated into
-    one, as :meth:`ChatArchive.save` takes) in ``format``.
+    one, as ``ChatArchive.save`` takes) in ``format``.
 
     Raises:
         InvalidDocument: for an unknown format or a document that is not valid.

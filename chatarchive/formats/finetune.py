@@ -3,7 +3,7 @@
 Messages keep only the keys the fine-tuning API knows (``role``, ``content``,
 ``name``, ``tool_calls``, ``tool_call_id``, ``function_call``, ``weight``); the
 chat's ``workflow["tools"]`` list is written as ``tools`` when it holds tool
-definitions (objects). :func:`select` applies the filters that matter for
+definitions (objects). ``select`` applies the filters that matter for
 datasets and skips, with a reason, chats whose tool calls are not all answered,
 chats with a message not completed (a stream still running, or one that
 stopped: its text is cut short) and chats with no assistant message (none is

@@ -47,7 +47,7 @@ def _plain(value: Any) -> Any:
 
 def message_from_completion(completion: Any, *, choice: int = 0) -> dict[str, Any]:
     """The assistant message of one choice of a completion (or of a list of
-    streamed chunks), ready for :meth:`ChatRepository.append`."""
+    streamed chunks), ready for ``ChatRepository.append``."""
     if not is_whole_number(choice):
         raise InvalidArgument(
             f"choice must be a whole number, not {type(choice).__name__}", argument="choice"

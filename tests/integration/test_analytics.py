@@ -1,4 +1,4 @@
-"""Views, analytics functions, README queries and search, on a fixture with known answers."""
+"""Views, analytics functions, the ready queries and search, on a fixture with known answers."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ from tests.support.analytics_fixture import CHATS
 from tests.support.async_shim import in_sync_session
 from tests.support.statements import recorded_statements
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+#: The documentation's ready queries, each one ```sql block headed "-- query: NAME".
+READY_QUERIES_PAGE = Path(__file__).resolve().parents[2] / "docs" / "sql" / "queries.md"
 
 
 def stats(session: Any, query: Any, **filters: Any) -> Any:
@@ -320,13 +321,13 @@ def test_analytics_give_and_take_text_with_nul_as_it_is(archive: ChatArchive) ->
     if archive.engine.dialect.name == "postgresql":
         assert workflows == ["w\x00f"]
         assert [r.chats for r in analytics.workflow_usage(archive, workflow="w\x00f")] == [1]
-    else:  # SQLite's JSON functions end a string at NUL (README, Storage details)
+    else:  # SQLite's JSON functions end a string at NUL (docs: Tables, Storage details)
         assert workflows == ["w"]
 
 
-# -- README queries ---------------------------------------------------------------------
+# -- ready queries ---------------------------------------------------------------------
 
-README_ANSWERS: dict[str, list[tuple[Any, ...]]] = {
+READY_ANSWERS: dict[str, list[tuple[Any, ...]]] = {
     "tool_failure_rate": [("calc", 1, 1, 1.0), ("lookup", 1, 0, 0.0), ("search", 3, 0, 0.0)],
     "chats_per_user_per_week": [("u1", "2026-03-02", 2), ("u2", "2026-03-09", 2)],
     "user_turns_before_first_tool_call": [(1.0,)],
@@ -339,23 +340,22 @@ README_ANSWERS: dict[str, list[tuple[Any, ...]]] = {
 }
 
 
-def readme_queries() -> dict[str, str]:
-    section = README.read_text(encoding="utf-8").split("## SQL analytics", 1)[1].split("\n## ", 1)[0]
-    found = re.findall(r"```sql\n-- query: (\w+)\n(.*?)```", section, flags=re.DOTALL)
-    return dict(found)
+def documented_queries() -> dict[str, str]:
+    page = READY_QUERIES_PAGE.read_text(encoding="utf-8")
+    return dict(re.findall(r"```sql\n-- query: (\w+)\n(.*?)```", page, flags=re.DOTALL))
 
 
-def test_the_readme_has_the_queries() -> None:
-    assert set(readme_queries()) == set(README_ANSWERS)
-    assert len(README_ANSWERS) >= 8
-    assert {name: sql.strip() for name, sql in readme_queries().items()} == {
+def test_the_documentation_has_the_ready_queries() -> None:
+    assert set(documented_queries()) == set(READY_ANSWERS)
+    assert len(READY_ANSWERS) >= 8
+    assert {name: sql.strip() for name, sql in documented_queries().items()} == {
         name: sql.strip() for name, sql in analytics.READY_QUERIES.items()
     }
 
 
-@pytest.mark.parametrize("name", sorted(README_ANSWERS))
-def test_readme_query_gives_the_known_answer(loaded: ChatRepository, session: Session, name: str) -> None:
-    assert rows(session, readme_queries()[name]) == README_ANSWERS[name]
+@pytest.mark.parametrize("name", sorted(READY_ANSWERS))
+def test_a_ready_query_gives_the_known_answer(loaded: ChatRepository, session: Session, name: str) -> None:
+    assert rows(session, documented_queries()[name]) == READY_ANSWERS[name]
 
 
 # -- search -------------------------------------------------------------------------------

@@ -639,7 +639,7 @@ def test_delete_and_delete_user_remove_every_row(repo: ChatRepository, session: 
     assert repo.delete_user("alice") == 1
     assert repo.delete_user("alice") == 0
     assert counts(session)["messages"] == 5
-    # What alice said about bob's chat is part of bob's chat (README, Tenants and erasure).
+    # What alice said about bob's chat is part of bob's chat (docs: Tenants and erasure).
     given = "SELECT chat_id, id, created_at FROM feedback WHERE user_id = 'alice'"
     assert [tuple(row[:2]) for row in session.execute(text(given))] == [("c2", "by-alice-2")]
     assert repo.delete_user("bob") == 1

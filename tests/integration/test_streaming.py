@@ -342,7 +342,7 @@ def test_a_crash_mid_stream_keeps_every_chunk_sent(
     assert isinstance(answer.content, str)
     assert answer.content.startswith(received)  # every chunk the client got was stored first
     assert len(answer.content.split()) >= 25
-    # The README's recipe finds it, and completes it with what was received.
+    # The streaming guide's recipe finds it, and completes it with what was received.
     with archive.engine.connect() as connection:
         unfinished = connection.execute(
             text("SELECT chat_id, uid, created_at FROM messages WHERE NOT completed ORDER BY created_at")

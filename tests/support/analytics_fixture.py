@@ -1,4 +1,4 @@
-"""Four chats whose every statistic is known, for the views, analytics and README queries.
+"""Four chats whose every statistic is known, for the views, analytics and ready queries.
 
     chat      user  model  workflow  created (UTC)      messages  tool calls                 feedback
     alpha     u1    m1     qa        2026-03-02 10:00   7         search (answered),         +1 on its last answer
