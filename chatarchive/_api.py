@@ -56,6 +56,7 @@ class _Archive(Generic[_AnyEngine]):
         self._closed = False
         self._schema_ready = False
         self._writer: _AnyEngine = cast(_AnyEngine, self._backend.for_writing(engine))
+        self._readers: dict[bool, _AnyEngine] = {}
 
     def _scoped(self, scoped: _Archive[_AnyEngine], user_id: str) -> None:
         """Make ``scoped`` (new, on this archive's engine) this archive as seen by ``user_id``."""
@@ -75,7 +76,12 @@ class _Archive(Generic[_AnyEngine]):
         return self._user_id
 
     def _reader(self) -> _AnyEngine:
-        return cast(_AnyEngine, self._backend.for_reading(self._engine, scoped=self._user_id is not None))
+        """The engine for reads, made once: each engine made with other
+        execution options is a new object that SQLAlchemy sets up again."""
+        scoped = self._user_id is not None
+        if scoped not in self._readers:
+            self._readers[scoped] = cast(_AnyEngine, self._backend.for_reading(self._engine, scoped=scoped))
+        return self._readers[scoped]
 
     def _facts(self) -> FaceFacts:
         return FaceFacts(
