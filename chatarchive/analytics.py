@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import date, datetime
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import (
@@ -51,6 +51,7 @@ __all__ = [
     "READY_QUERIES",
     "DailyUsage",
     "FeedbackSummary",
+    "Filters",
     "ModelUsage",
     "ToolUsage",
     "UserActivity",
@@ -128,6 +129,24 @@ LIMIT 7
 }
 
 Source = ChatArchive | Session | Connection
+
+
+class Filters(TypedDict, total=False):
+    """The filters every analytics function takes (each one given narrows what is counted)."""
+
+    #: From this time on (inclusive): of a message for per-day usage, of a
+    #: feedback item for feedback, otherwise of the chat.
+    since: datetime | None
+    #: Before this time (exclusive), as ``since``.
+    until: datetime | None
+    #: Only this user's chats.
+    user_id: str | None
+    #: Only chats whose chosen model is this one.
+    model: str | None
+    #: Only chats of this workflow (the workflow context's name).
+    workflow: str | None
+
+
 _Row = TypeVar("_Row", bound=BaseModel)
 
 
@@ -261,23 +280,31 @@ _feedback = _view("feedback", "chat_id", "score", "created_at")
 
 def _filtered(
     query: Select[Any],
-    *,
     source: Source,
+    filters: Filters,
+    *,
     chat: Any,
     time: ColumnElement[Any],
     workflow: ColumnElement[Any],
-    since: datetime | None,
-    until: datetime | None,
-    user_id: str | None,
-    model: str | None,
-    workflow_name: str | None,
 ) -> Select[Any]:
+    """``query`` kept to what ``filters`` select: ``chat`` the table or view of
+    chats, ``time`` the column of the time counted, ``workflow`` the workflow
+    name's expression."""
+    unknown = set(filters) - set(Filters.__annotations__)
+    if unknown:
+        raise InvalidArgument(f"unknown filters {sorted(unknown)}", argument=sorted(unknown)[0])
     # A user's archive (for_user) counts only that user's chats.
-    user_id = scoped_user(source.user_id if isinstance(source, ChatArchive) else None, user_id)
+    user_id = scoped_user(source.user_id if isinstance(source, ChatArchive) else None, filters.get("user_id"))
     if user_id is NOBODY:
         return query.where(false())
-    since, until = optional_moment(since, "since"), optional_moment(until, "until")
-    model, workflow_name = optional_text(model, "model"), optional_text(workflow_name, "workflow")
+    since, until = (
+        optional_moment(filters.get("since"), "since"),
+        optional_moment(filters.get("until"), "until"),
+    )
+    model, workflow_name = (
+        optional_text(filters.get("model"), "model"),
+        optional_text(filters.get("workflow"), "workflow"),
+    )
     if since is not None:
         query = query.where(time >= _timestamp(since))
     if until is not None:
@@ -344,15 +371,7 @@ def _day(source: Source, moment: ColumnElement[Any]) -> ColumnElement[Any]:
     return _backend(source).utc_day(moment)
 
 
-def daily_usage(
-    source: Source,
-    *,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    user_id: str | None = None,
-    model: str | None = None,
-    workflow: str | None = None,
-) -> list[DailyUsage]:
+def daily_usage(source: Source, **filters: Unpack[Filters]) -> list[DailyUsage]:
     """Messages, chats, user turns, tool calls and tokens per UTC day and model
     (the view ``daily_usage``, filterable)."""
     tool_calls = _view("tool_calls", "chat_id", "message_position")
@@ -387,21 +406,12 @@ def daily_usage(
         .order_by(day, chat_model)
     )
     query = _filtered(
-        query,
-        source=source,
-        chat=_chats,
-        time=_messages.c.created_at,
-        workflow=_workflow_of_chat(source),
-        since=since,
-        until=until,
-        user_id=user_id,
-        model=model,
-        workflow_name=workflow,
+        query, source, filters, chat=_chats, time=_messages.c.created_at, workflow=_workflow_of_chat(source)
     )
     return _rows(source, query, DailyUsage)
 
 
-def _per_chat(source: Source, key: ColumnElement[Any], **filters: Any) -> Select[Any]:
+def _per_chat(source: Source, key: ColumnElement[Any], filters: Filters) -> Select[Any]:
     stats = _chat_stats
     query = select(
         key,
@@ -413,7 +423,7 @@ def _per_chat(source: Source, key: ColumnElement[Any], **filters: Any) -> Select
         func.sum(stats.c.completion_tokens).label("completion_tokens"),
     ).group_by(key)
     return _filtered(
-        query, source=source, chat=stats, time=stats.c.created_at, workflow=stats.c.workflow_name, **filters
+        query, source, filters, chat=stats, time=stats.c.created_at, workflow=stats.c.workflow_name
     )
 
 
@@ -427,56 +437,26 @@ def _feedback_columns() -> list[ColumnElement[Any]]:
     ]
 
 
-def model_usage(
-    source: Source,
-    *,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    user_id: str | None = None,
-    model: str | None = None,
-    workflow: str | None = None,
-) -> list[ModelUsage]:
+def model_usage(source: Source, **filters: Unpack[Filters]) -> list[ModelUsage]:
     """Chats, messages, tool calls, tokens and feedback per chosen model."""
     key = _chat_stats.c.model.label("model")
-    query = _per_chat(
-        source, key, since=since, until=until, user_id=user_id, model=model, workflow_name=workflow
-    )
+    query = _per_chat(source, key, filters)
     query = query.add_columns(*_feedback_columns()).order_by(func.count().desc(), key)
     return _rows(source, query, ModelUsage)
 
 
-def workflow_usage(
-    source: Source,
-    *,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    user_id: str | None = None,
-    model: str | None = None,
-    workflow: str | None = None,
-) -> list[WorkflowUsage]:
+def workflow_usage(source: Source, **filters: Unpack[Filters]) -> list[WorkflowUsage]:
     """Chats, messages, tool calls, tokens and feedback per workflow."""
     key = _chat_stats.c.workflow_name.label("workflow")
-    query = _per_chat(
-        source, key, since=since, until=until, user_id=user_id, model=model, workflow_name=workflow
-    )
+    query = _per_chat(source, key, filters)
     query = query.add_columns(*_feedback_columns()).order_by(func.count().desc(), key)
     return _rows(source, query, WorkflowUsage)
 
 
-def user_activity(
-    source: Source,
-    *,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    user_id: str | None = None,
-    model: str | None = None,
-    workflow: str | None = None,
-) -> list[UserActivity]:
+def user_activity(source: Source, **filters: Unpack[Filters]) -> list[UserActivity]:
     """Chats, messages, tool calls and tokens per user, with their first and last chat."""
     key = _chat_stats.c.user_id.label("user_id")
-    query = _per_chat(
-        source, key, since=since, until=until, user_id=user_id, model=model, workflow_name=workflow
-    )
+    query = _per_chat(source, key, filters)
     query = query.add_columns(
         func.min(_chat_stats.c.created_at).label("first_chat_at"),
         func.max(_chat_stats.c.created_at).label("last_chat_at"),
@@ -484,15 +464,7 @@ def user_activity(
     return _rows(source, query, UserActivity)
 
 
-def tool_usage(
-    source: Source,
-    *,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    user_id: str | None = None,
-    model: str | None = None,
-    workflow: str | None = None,
-) -> list[ToolUsage]:
+def tool_usage(source: Source, **filters: Unpack[Filters]) -> list[ToolUsage]:
     """Calls per tool, answered or not (legacy function calls included)."""
     results = _tool_call_results
     calls = func.count()
@@ -513,28 +485,16 @@ def tool_usage(
     )
     query = _filtered(
         query,
-        source=source,
+        source,
+        filters,
         chat=_chat_stats,
         time=_chat_stats.c.created_at,
         workflow=_chat_stats.c.workflow_name,
-        since=since,
-        until=until,
-        user_id=user_id,
-        model=model,
-        workflow_name=workflow,
     )
     return _rows(source, query, ToolUsage)
 
 
-def feedback_summary(
-    source: Source,
-    *,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    user_id: str | None = None,
-    model: str | None = None,
-    workflow: str | None = None,
-) -> list[FeedbackSummary]:
+def feedback_summary(source: Source, **filters: Unpack[Filters]) -> list[FeedbackSummary]:
     """Feedback count, mean score and positive/negative shares per model and workflow."""
     workflow_name = _workflow_of_chat(source).label("workflow")
     count = func.count()
@@ -553,15 +513,6 @@ def feedback_summary(
         .order_by(count.desc(), _chats.c.model, workflow_name)
     )
     query = _filtered(
-        query,
-        source=source,
-        chat=_chats,
-        time=_feedback.c.created_at,
-        workflow=_workflow_of_chat(source),
-        since=since,
-        until=until,
-        user_id=user_id,
-        model=model,
-        workflow_name=workflow,
+        query, source, filters, chat=_chats, time=_feedback.c.created_at, workflow=_workflow_of_chat(source)
     )
     return _rows(source, query, FeedbackSummary)
