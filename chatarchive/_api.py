@@ -83,6 +83,13 @@ class _Archive(Generic[_AnyEngine]):
             self._readers[scoped] = cast(_AnyEngine, self._backend.for_reading(self._engine, scoped=scoped))
         return self._readers[scoped]
 
+    def _read_transaction(self, connection: Any) -> Any:
+        """The transaction a read runs in, where the backend needs one (a
+        SQLite snapshot, a user's setting for row-level security)."""
+        if self._backend.reads_in_transaction(scoped=self._user_id is not None):
+            return connection.begin()
+        return nullcontext() if isinstance(connection, Connection) else _nothing()
+
     def _facts(self) -> FaceFacts:
         return FaceFacts(
             backend=self._backend,
@@ -263,7 +270,7 @@ class ChatArchive(ChatOperations, ArchiveOperations, _Archive[Engine], SyncFace)
         (a read of one statement needs none), except for a user's archive,
         whose transaction tells row-level security who reads. On SQLite a
         read begins deferred, a user's too: it waits for no writer."""
-        with database_errors(), self._reader().connect() as connection, connection.begin():
+        with database_errors(), self._reader().connect() as connection, self._read_transaction(connection):
             return step.call(self._unit(connection, savepoints=False))
 
     def _retried(self, read: Callable[[], _T]) -> _T:
@@ -555,3 +562,8 @@ class AsyncChatRepository(ChatOperations, _Repository[AsyncSession | AsyncConnec
 @asynccontextmanager
 async def _itself(face: AsyncChatRepository) -> AsyncIterator[AsyncChatRepository]:
     yield face
+
+
+@asynccontextmanager
+async def _nothing() -> AsyncIterator[None]:
+    yield

@@ -94,6 +94,11 @@ class SyncFace(ABC):
         with self._operation():
             return self._drive(plan)
 
+    def _run_step(self, step: Step[R]) -> R:
+        """Carry out an operation of one step."""
+        with self._operation():
+            return self._step(step)
+
     def _drive(self, plan: Plan[R]) -> R:
         with ExitStack() as stack:
             run = PlanRun(plan)
@@ -176,6 +181,11 @@ class AsyncFace(ABC):
         """Carry out ``plan`` as one operation; its result."""
         async with self._operation():
             return await self._drive(plan)
+
+    async def _run_step(self, step: Step[R]) -> R:
+        """Carry out an operation of one step."""
+        async with self._operation():
+            return await self._step(step)
 
     async def _drive(self, plan: Plan[R]) -> R:
         async with AsyncExitStack() as stack:
@@ -352,17 +362,19 @@ class _AsyncInput:
 
 
 class _Declared(Generic[P, R]):
-    """An operation declared once, from the function ``start`` that makes its
-    plan (given the face's facts and the call's arguments): bound to a face,
-    it is a method of that face; read from a face's class, a function of the
-    face and the call's arguments (as a method read from its class is), with
-    the source's documentation and signature."""
+    """An operation declared once, from its ``source``: a function of a unit
+    of work (an operation of one ``step``), or one that makes the operation's
+    plan from the face's facts and the call's arguments. Bound to a face, it
+    is a method of that face; read from a face's class, a function of the face
+    and the call's arguments (as a method read from its class is), with the
+    source's documentation and signature."""
 
     def __init__(
-        self, start: Callable[Concatenate[FaceFacts, P], Any], source: Callable[..., Any], *, streams: bool
+        self, source: Callable[..., Any], *, streams: bool = False, step: Kind | None = None
     ) -> None:
-        self._start = start
+        self._source = source
         self._streams = streams
+        self._step = step
         self.__doc__ = source.__doc__
         self.__wrapped__ = source
         signature = inspect.signature(source)
@@ -375,24 +387,35 @@ class _Declared(Generic[P, R]):
     def _get(self, face: object, owner: type) -> Any:
         if face is None:
             return self._method(owner)
-        start = self._start
+        source, kind = self._source, self._step
         call: Callable[..., Any]
-        if self._streams:
+        if kind is not None and isinstance(face, SyncFace):
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                return face._run_step(Step(kind, lambda unit: source(unit, *args, **kwargs)))
+
+        elif kind is not None:
+            assert isinstance(face, AsyncFace)
+
+            async def call(*args: Any, **kwargs: Any) -> Any:
+                return await face._run_step(Step(kind, lambda unit: source(unit, *args, **kwargs)))
+
+        elif self._streams:
             assert isinstance(face, (SyncFace, AsyncFace))
 
             def call(*args: Any, **kwargs: Any) -> Any:
-                return face._stream(start(face._facts(), *args, **kwargs))
+                return face._stream(source(face._facts(), *args, **kwargs))
 
         elif isinstance(face, SyncFace):
 
             def call(*args: Any, **kwargs: Any) -> Any:
-                return face._run(start(face._facts(), *args, **kwargs))
+                return face._run(source(face._facts(), *args, **kwargs))
 
         else:
             assert isinstance(face, AsyncFace)
 
             async def call(*args: Any, **kwargs: Any) -> Any:
-                return await face._run(start(face._facts(), *args, **kwargs))
+                return await face._run(source(face._facts(), *args, **kwargs))
 
         return self._named(
             call, owner, inspect.Signature(self._parameters, return_annotation=self._result(owner))
@@ -463,34 +486,24 @@ class _StreamOperation(_Declared[P, R]):
         return self._get(face, owner)
 
 
-def _one_step(kind: Kind, function: Callable[Concatenate[Unit, P], R]) -> _Operation[P, R]:
-    """An operation of one step: ``function`` in one unit of work."""
-
-    def start(_facts: FaceFacts, /, *args: P.args, **kwargs: P.kwargs) -> Plan[R]:
-        result: R = yield Step(kind, lambda unit: function(unit, *args, **kwargs))
-        return result
-
-    return _Operation(start, function, streams=False)
-
-
 def reading(function: Callable[Concatenate[Unit, P], R]) -> _Operation[P, R]:
     """A read of one unit of work."""
-    return _one_step(Kind.READ, function)
+    return _Operation(function, step=Kind.READ)
 
 
 def writing(function: Callable[Concatenate[Unit, P], R]) -> _Operation[P, R]:
     """A write of one unit of work."""
-    return _one_step(Kind.WRITE, function)
+    return _Operation(function, step=Kind.WRITE)
 
 
 def planned(function: Callable[Concatenate[FaceFacts, P], Plan[R]]) -> _Operation[P, R]:
     """An operation of several steps."""
-    return _Operation(function, function, streams=False)
+    return _Operation(function)
 
 
 def streamed(function: Callable[Concatenate[FaceFacts, P], Stream[T]]) -> _StreamOperation[P, T]:
     """An operation whose steps hand items to whoever iterates it."""
-    return _StreamOperation(function, function, streams=True)
+    return _StreamOperation(function, streams=True)
 
 
 class ChatOperations:

@@ -112,6 +112,10 @@ class Backend(ABC):
         """The engine set up for a read (``scoped``: of one user's chats)."""
         return engine
 
+    def reads_in_transaction(self, *, scoped: bool) -> bool:
+        """Whether a read (``scoped``: of one user's chats) runs in a transaction."""
+        return True
+
     def for_writing(self, engine: AnyEngine) -> AnyEngine:
         """The engine set up for transactions that write."""
         return engine

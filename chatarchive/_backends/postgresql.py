@@ -130,6 +130,9 @@ class PostgreSQL(Backend):
         # tells row-level security who reads.
         return engine if scoped else engine.execution_options(isolation_level="AUTOCOMMIT")
 
+    def reads_in_transaction(self, *, scoped: bool) -> bool:
+        return scoped
+
     # -- errors ---------------------------------------------------------------------
 
     def translate(self, error: BaseException) -> ChatArchiveError | None:
