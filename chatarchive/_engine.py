@@ -22,7 +22,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ._arguments import is_real_number
-from ._backends import backend_named, backend_of
+from ._backends import backend_named, backend_of, backend_of_url
 from ._exceptions import InvalidArgument
 
 __all__ = [
@@ -61,9 +61,7 @@ def database_url(url: str | URL | None = None) -> URL:
         raise InvalidArgument(
             "not a database URL (postgresql://user@host/database or sqlite:///file.db)", argument="url"
         ) from None
-    if parsed.drivername == "postgres":
-        parsed = parsed.set(drivername="postgresql")
-    return backend_named(parsed.get_backend_name()).url(parsed)
+    return backend_of_url(parsed).url(parsed)
 
 
 def create_engine(

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import URL, Connection, Engine
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -33,6 +33,7 @@ __all__ = [
     "RowWriter",
     "backend_named",
     "backend_of",
+    "backend_of_url",
     "database_errors",
 ]
 
@@ -51,6 +52,12 @@ def backend_named(name: str) -> Backend:
         titles = " or ".join(known.title for known in BACKENDS.values())
         raise InvalidArgument(f"chatarchive keeps archives in {titles}, not {name!r}", argument="url")
     return backend
+
+
+def backend_of_url(url: URL) -> Backend:
+    """The backend of the database ``url`` names (``postgres://`` is PostgreSQL too)."""
+    name = url.get_backend_name()
+    return backend_named("postgresql" if name == "postgres" else name)
 
 
 def backend_of(bind: Engine | AsyncEngine | Connection | AsyncConnection | Session | Dialect) -> Backend:
