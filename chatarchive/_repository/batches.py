@@ -63,10 +63,6 @@ MAX_BATCH_SIZE = 10_000
 #: keep memory bounded.
 AHEAD = 2
 
-#: Parts of batches waiting for each parallel writer.
-WRITER_QUEUE = 1
-
-
 def check_save_many(
     docs: object, batch_size: object, *, bulk: object, on_error: object, writers: object = 1
 ) -> None:
@@ -88,7 +84,7 @@ def check_save_many(
         raise InvalidArgument("a bulk load is one transaction: it has one writer", argument="writers")
 
 
-def documents_in_flight(batch_size: int, writers: int) -> int:
+def documents_in_flight(batch_size: int) -> int:
     """At most how many documents save_many has read but not yet written or
     reported: the batches prepared ahead, the one being prepared and the one
     being written."""

@@ -92,7 +92,7 @@ def import_(
     # names one of them. Added to by the thread that reads the input, looked up
     # (a single dict.get) by the writers.
     in_flight: dict[int, str] = {}
-    remembered = documents_in_flight(batch_size, writers)
+    remembered = documents_in_flight(batch_size)
 
     def report(where: str, reason: object) -> None:
         nonlocal failed
