@@ -63,6 +63,7 @@ MAX_BATCH_SIZE = 10_000
 #: keep memory bounded.
 AHEAD = 2
 
+
 def check_save_many(
     docs: object, batch_size: object, *, bulk: object, on_error: object, writers: object = 1
 ) -> None:
