@@ -44,13 +44,30 @@ def upgrade(face: FaceFacts, /, revision: str = "head", *, lock_timeout: float |
     yield Connected(migration, schema=False, changes_schema=True)
 
 
-def downgrade(face: FaceFacts, /, revision: str, *, lock_timeout: float | None = None) -> Plan[None]:
+def downgrade(
+    face: FaceFacts, /, revision: str, *, lock_timeout: float | None = None, drop_branches: bool = False
+) -> Plan[list[tuple[str, str]]]:
     """Migrate the database down to ``revision`` (``"base"`` drops every
-    table); ``lock_timeout`` as for ``upgrade``."""
+    table); ``lock_timeout`` as for ``upgrade``.
+
+    Below revision 0011 chats are linear: a downgrade there that would lose
+    messages off the active path (regenerations, edits, kept branches) is
+    refused, naming them, and changes nothing, unless ``drop_branches``.
+
+    Returns:
+        The messages dropped for being off their chat's active path, as
+        ``(chat_id, uid)`` pairs (none, usually).
+
+    Raises:
+        InvalidArgument: an unknown revision, or branches would be lost.
+    """
     _archive_wide(face, "downgrade")
     require_archive_file(face.url)
-    migration = partial(migrate, revision=revision, up=False, lock_timeout=lock_timeout)
-    yield Connected(migration, schema=False, changes_schema=True)
+    migration = partial(
+        migrate, revision=revision, up=False, lock_timeout=lock_timeout, drop_branches=drop_branches
+    )
+    dropped: list[tuple[str, str]] = yield Connected(migration, schema=False, changes_schema=True)
+    return dropped
 
 
 def current_revision(face: FaceFacts, /) -> Plan[str | None]:

@@ -44,6 +44,7 @@ __all__ = [
     "ChatFilter",
     "ChatPage",
     "ChatSummary",
+    "ChatTree",
     "ContentPart",
     "Feedback",
     "Limits",
@@ -61,7 +62,7 @@ __all__ = [
 #: Message fields that belong to the archive, not to the OpenAI message shape;
 #: ``to_openai()`` leaves them out.
 ARCHIVE_MESSAGE_FIELDS = frozenset(
-    {"uid", "created_at", "updated_at", "completed", "model", "finish_reason", "usage"}
+    {"uid", "parent", "created_at", "updated_at", "completed", "model", "finish_reason", "usage"}
 )
 
 _ID_LENGTH = {"min_length": 1, "max_length": LONGEST_ID}
@@ -356,8 +357,9 @@ class Message(_Record):
 
     ``content`` may be a string (``""`` included), a list of ``ContentPart``,
     ``None``, or absent; each form is restored as it came. Archive fields: ``uid``
-    (generated when absent), ``created_at`` (set when saved, if absent),
-    ``updated_at``, ``completed``, ``model``, ``finish_reason`` and ``usage``.
+    (generated when absent), ``parent`` (see ``ChatDocument``), ``created_at``
+    (set when saved, if absent), ``updated_at``, ``completed``, ``model``,
+    ``finish_reason`` and ``usage``.
     """
 
     role: Annotated[str, Field(min_length=1)]
@@ -370,6 +372,7 @@ class Message(_Record):
     audio: dict[str, Any] | None = None
 
     uid: Identifier = Field(default_factory=new_id)
+    parent: Identifier | None = None
     created_at: Timestamp | None = None
     updated_at: Timestamp | None = None
     completed: StrictBool = True
@@ -427,9 +430,31 @@ class Feedback(_Record):
 class ChatDocument(_Record):
     """A whole conversation with its metadata: the unit the archive stores.
 
+    A conversation is a tree: regenerating an answer, or editing a question,
+    adds a sibling of that message, and the chat shows one path through the
+    tree, from a root to its *active leaf*. ``messages`` lists the messages in
+    the order they were added; each one follows the message before it, unless
+    it names its ``parent`` (the uid of an earlier message, or ``None`` for a
+    root). ``active_leaf`` is the uid of the active path's last message; when
+    absent, the last message is. A linear chat names neither, and its
+    ``messages`` are its path. ``get`` returns the active path as such a
+    linear document; ``get_tree`` and ``export`` return the whole tree.
+    Siblings are ordered as they come in ``messages``.
+
     ``version`` is filled in by the archive when a document is read back (the
     stored version, for ``save(doc, expected_version=doc.version)``); it is not
     part of the document's JSON.
+
+    Examples:
+        >>> doc = ChatDocument.parse({"chat_id": "c", "messages": [
+        ...     {"role": "user", "content": "Hi", "uid": "q"},
+        ...     {"role": "assistant", "content": "Hello!", "uid": "a1"},
+        ...     {"role": "assistant", "content": "Hi there!", "uid": "a2", "parent": "q"},
+        ... ]})
+        >>> [message.uid for message in doc.path()]
+        ['q', 'a2']
+        >>> [message.uid for message in doc.path("a1")]
+        ['q', 'a1']
     """
 
     chat_id: Identifier = Field(default_factory=new_id)
@@ -443,6 +468,7 @@ class ChatDocument(_Record):
     created_at: Timestamp | None = None
     updated_at: Timestamp | None = None
     messages: list[Message] = Field(default_factory=list)
+    active_leaf: Identifier | None = None
     feedback: list[Feedback] = Field(default_factory=list)
     version: int | None = Field(default=None, exclude=True)
 
@@ -450,10 +476,29 @@ class ChatDocument(_Record):
     def _consistent(self) -> Self:
         self.tags = list(dict.fromkeys(self.tags))
         uids: set[str] = set()
+        previous: str | None = None
         for index, message in enumerate(self.messages):
             if message.uid in uids:
                 raise _PathError(f"duplicate message uid {message.uid!r}", ("messages", index, "uid"))
+            if "parent" in message.__pydantic_fields_set__:
+                if message.parent == previous:  # what it would follow anyway: not kept
+                    message.__dict__["parent"] = None
+                    message.__pydantic_fields_set__.discard("parent")
+                elif message.parent is not None and message.parent not in uids:
+                    raise _PathError(
+                        f"parent {message.parent!r} is not a message before this one",
+                        ("messages", index, "parent"),
+                    )
             uids.add(message.uid)
+            previous = message.uid
+        if "active_leaf" in self.__pydantic_fields_set__:
+            if self.active_leaf == previous:  # the last message, or none in an empty chat
+                self.__dict__["active_leaf"] = None
+                self.__pydantic_fields_set__.discard("active_leaf")
+            elif self.active_leaf is not None and self.active_leaf not in uids:
+                raise _PathError(
+                    f"active_leaf {self.active_leaf!r} is not a message of the chat", ("active_leaf",)
+                )
         feedback_ids: set[str] = set()
         for index, item in enumerate(self.feedback):
             if item.id in feedback_ids:
@@ -489,8 +534,155 @@ class ChatDocument(_Record):
         return cls.parse({**chat_fields, "messages": list(messages)})
 
     def to_openai(self) -> list[dict[str, Any]]:
-        """The message list exactly as it came in, archive fields left out."""
-        return [message.to_openai() for message in self.messages]
+        """The active path's messages exactly as they came in, archive fields left out."""
+        return [message.to_openai() for message in self.path()]
+
+    @property
+    def is_linear(self) -> bool:
+        """Whether the chat is one path: no message names a parent other than
+        the message before it, and the last message is the active leaf."""
+        return "active_leaf" not in self.__pydantic_fields_set__ and not any(
+            "parent" in message.__pydantic_fields_set__ for message in self.messages
+        )
+
+    def parent_indexes(self) -> list[int | None]:
+        """For each message, the index in ``messages`` of its parent (``None``: a root)."""
+        index_of: dict[str, int] = {}
+        parents: list[int | None] = []
+        for index, message in enumerate(self.messages):
+            if "parent" in message.__pydantic_fields_set__:
+                parents.append(None if message.parent is None else index_of[message.parent])
+            else:
+                parents.append(index - 1 if index else None)
+            index_of[message.uid] = index
+        return parents
+
+    def active_index(self) -> int | None:
+        """The index in ``messages`` of the active leaf (``None``: the path is empty)."""
+        if "active_leaf" not in self.__pydantic_fields_set__:
+            return len(self.messages) - 1 if self.messages else None
+        return self._index_of(self.active_leaf, "active_leaf") if self.active_leaf is not None else None
+
+    def path(self, leaf: str | None = None) -> list[Message]:
+        """The messages from a root down to ``leaf`` (a message's uid; the
+        active leaf when ``None``), in order.
+
+        Raises:
+            InvalidArgument: no message has the uid ``leaf``.
+        """
+        if self.is_linear and leaf is None:
+            return list(self.messages)
+        index = self.active_index() if leaf is None else self._index_of(leaf, "leaf")
+        parents = self.parent_indexes()
+        indexes = []
+        while index is not None:
+            indexes.append(index)
+            index = parents[index]
+        return [self.messages[index] for index in reversed(indexes)]
+
+    def path_document(self, leaf: str | None = None) -> ChatDocument:
+        """The linear document of one path (default: the active one), with the
+        feedback on the chat and on that path's messages: what ``get``
+        returns. A linear document's active path is the document itself.
+
+        Raises:
+            InvalidArgument: no message has the uid ``leaf``.
+        """
+        if self.is_linear and leaf is None:
+            return self
+        path = [_without_parent(message) for message in self.path(leaf)]
+        on_path = {message.uid for message in path}
+        feedback = [item for item in self.feedback if item.message_uid in on_path or item.message_uid is None]
+        linear = self.model_copy(update={"messages": path, "feedback": feedback, "active_leaf": None})
+        linear.__pydantic_fields_set__.discard("active_leaf")
+        return linear
+
+    def _index_of(self, uid: object, argument: str) -> int:
+        for index, message in enumerate(self.messages):
+            if message.uid == uid:
+                return index
+        raise InvalidArgument(f"no message with uid {uid!r}", argument=argument, chat_id=self.chat_id)
+
+
+def _without_parent(message: Message) -> Message:
+    """The message as a linear document holds it: following the one before."""
+    if "parent" not in message.__pydantic_fields_set__:
+        return message
+    copy = message.model_copy(update={"parent": None})
+    copy.__pydantic_fields_set__.discard("parent")
+    return copy
+
+
+@dataclass(frozen=True)
+class ChatTree:
+    """Every message of a chat, with its parent: the whole conversation tree
+    that ``get_tree`` returns (``get`` returns one path of it).
+
+    Examples:
+        >>> tree = ChatTree(ChatDocument.parse({"messages": [
+        ...     {"role": "user", "content": "Hi", "uid": "q"},
+        ...     {"role": "assistant", "content": "Hello!", "uid": "a1"},
+        ...     {"role": "assistant", "content": "Hi there!", "uid": "a2", "parent": "q"},
+        ... ], "active_leaf": "a1"}))
+        >>> [message.uid for message in tree.siblings("a1")]
+        ['a1', 'a2']
+        >>> tree.parent("a2"), tree.active_leaf
+        ('q', 'a1')
+        >>> [message.content for message in tree.path_document().messages]
+        ['Hi', 'Hello!']
+    """
+
+    document: ChatDocument
+
+    @property
+    def chat_id(self) -> str:
+        return self.document.chat_id
+
+    @property
+    def version(self) -> int | None:
+        """The stored version (for ``expected_version``), when read from an archive."""
+        return self.document.version
+
+    @property
+    def messages(self) -> list[Message]:
+        """Every message, in the order they were added."""
+        return self.document.messages
+
+    @property
+    def active_leaf(self) -> str | None:
+        """The uid of the active path's last message (``None``: the path is empty)."""
+        index = self.document.active_index()
+        return None if index is None else self.messages[index].uid
+
+    def parent(self, uid: str) -> str | None:
+        """The uid of the message's parent (``None``: it is a root)."""
+        parent = self.document.parent_indexes()[self.document._index_of(uid, "uid")]
+        return None if parent is None else self.messages[parent].uid
+
+    def children(self, uid: str | None) -> list[Message]:
+        """The message's children, in order (``None``: the roots)."""
+        parents = self.document.parent_indexes()
+        wanted = None if uid is None else self.document._index_of(uid, "uid")
+        return [message for message, parent in zip(self.messages, parents, strict=True) if parent == wanted]
+
+    def siblings(self, uid: str) -> list[Message]:
+        """The children of the message's parent, the message among them, in order."""
+        return self.children(self.parent(uid))
+
+    def leaves(self) -> list[Message]:
+        """The messages without children: the ends of the paths."""
+        parents = set(self.document.parent_indexes())
+        return [message for index, message in enumerate(self.messages) if index not in parents]
+
+    def path(self, leaf: str | None = None) -> list[Message]:
+        """The messages from a root down to ``leaf`` (default: the active leaf)."""
+        return self.document.path(leaf)
+
+    def path_document(self, leaf: str | None = None) -> ChatDocument:
+        """The linear document of one path (default: the active one), with the
+        feedback on the chat and on that path's messages: what ``get``
+        returns."""
+        return self.document.path_document(leaf)
 
 
 @dataclass(frozen=True)
@@ -527,7 +719,10 @@ class ChatFilter:
 
 
 class ChatSummary(BaseModel):
-    """One row of a chat listing."""
+    """One row of a chat listing. ``message_count`` counts the messages of
+    the active path, the ones :meth:`~chatarchive.ChatRepository.get`
+    returns; the ``chats`` table's ``message_count`` column counts every
+    branch's."""
 
     model_config = ConfigDict(protected_namespaces=(), frozen=True)
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from sqlalchemy import URL, Connection, Engine, inspect, text
 
-from ._arguments import is_real_number, require_text
+from ._arguments import is_real_number, require_flag, require_text
 from ._backends import database_errors
 from ._engine import in_memory, missing_archive, shown_url
 from ._exceptions import InvalidArgument, SchemaNotReady
@@ -58,23 +58,49 @@ def alembic_config() -> Config:
     return config
 
 
-def migrate(connection: Connection, revision: str, *, up: bool, lock_timeout: float | None = None) -> None:
-    """Run the migrations on ``connection`` (not in a transaction yet) to ``revision``.
+def migrate(
+    connection: Connection,
+    revision: str,
+    *,
+    up: bool,
+    lock_timeout: float | None = None,
+    drop_branches: bool = False,
+) -> list[tuple[str, str]]:
+    """Run the migrations on ``connection`` (not in a transaction yet) to
+    ``revision``; returns the messages (chat id, uid) a downgrade dropped.
 
     ``lock_timeout`` (seconds; PostgreSQL): how long the migration may wait for
     each lock it needs (a table a long query reads, say) before it fails with
     ``ConflictError`` and changes nothing, instead of holding up, behind
-    its own wait, every query that comes after it."""
+    its own wait, every query that comes after it.
+
+    ``drop_branches``: let a downgrade below revision 0011 drop the messages
+    off each chat's active path, which it otherwise refuses to lose."""
     require_text(revision, "revision")
     config = alembic_config()
     config.attributes["connection"] = connection
     config.attributes["lock_timeout"] = _lock_timeout_ms(lock_timeout)
+    config.attributes["drop_branches"] = require_flag(drop_branches, "drop_branches")
+    config.attributes["refuse_data_loss"] = _refuse_data_loss
     with _revision_errors(config):
         _direction(up)(config, revision)
+    dropped: list[tuple[str, str]] = config.attributes.get("dropped_messages", [])
+    return dropped
+
+
+def _refuse_data_loss(reason: str, argument: str) -> NoReturn:
+    """How a revision refuses a downgrade that would lose data it was not told to drop."""
+    raise InvalidArgument(reason, argument=argument)
 
 
 def render(
-    engine: Engine, revision: str, *, up: bool, output: TextIO, lock_timeout: float | None = None
+    engine: Engine,
+    revision: str,
+    *,
+    up: bool,
+    output: TextIO,
+    lock_timeout: float | None = None,
+    drop_branches: bool = False,
 ) -> None:
     """Write to ``output`` the SQL that migrating the database from its current
     revision to ``revision`` would run, without running it (Alembic's offline
@@ -86,6 +112,7 @@ def render(
     config = alembic_config()
     config.attributes["url"] = engine.url
     config.attributes["lock_timeout"] = _lock_timeout_ms(lock_timeout)
+    config.attributes["drop_branches"] = require_flag(drop_branches, "drop_branches")
     config.output_buffer = output
     with _revision_errors(config):
         _direction(up)(config, f"{start}:{revision}", sql=True)

@@ -112,12 +112,14 @@ def document_to_rows(doc: ChatDocument, *, now: datetime, version: int) -> ChatR
     """The rows that store ``doc``; missing timestamps become ``now``."""
     chat_id = doc.chat_id
     rows = ChatRows()
+    leaf = doc.active_index()
     chat: Row = {
         "chat_id": chat_id,
         "created_at": doc.created_at or now,
         "updated_at": doc.updated_at or now,
         "message_count": len(doc.messages),
         "version": version,
+        "active_leaf": leaf,
         **dict.fromkeys((*_CHAT_TEXT_COLUMNS, *_CHAT_JSON_COLUMNS)),
     }
     extra: Row = {}
@@ -134,7 +136,12 @@ def document_to_rows(doc: ChatDocument, *, now: datetime, version: int) -> ChatR
     rows.tags = [
         {"chat_id": chat_id, "tag": tag, "position": position} for position, tag in enumerate(doc.tags)
     ]
-    _add_messages(rows, chat_id, doc.messages, 0, now)
+    if doc.is_linear:
+        _add_messages(rows, chat_id, doc.messages, 0, now)
+    else:
+        parents = doc.parent_indexes()
+        _add_messages(rows, chat_id, doc.messages, 0, now, parents=parents, on_path=_path_of(leaf, parents))
+    chat["path_length"] = sum(1 for row in rows.messages if row["on_path"])
     rows.feedback = [
         feedback_to_row(chat_id, position, item, now=now) for position, item in enumerate(doc.feedback)
     ]
@@ -145,28 +152,74 @@ _CHAT_COLUMN_TYPES: dict[str, type] = {
     **dict.fromkeys(_CHAT_TEXT_COLUMNS, str),
     **dict.fromkeys(_CHAT_JSON_COLUMNS, dict),
 }
-_CHAT_SKIPPED = frozenset({"chat_id", "created_at", "updated_at", "tags", "messages", "feedback", "version"})
-_MESSAGE_SKIPPED = frozenset({"uid", "role", "completed", "created_at", "content", "tool_calls", "usage"})
+_CHAT_SKIPPED = frozenset(
+    {"chat_id", "created_at", "updated_at", "tags", "messages", "active_leaf", "feedback", "version"}
+)
+_MESSAGE_SKIPPED = frozenset(
+    {"uid", "parent", "role", "completed", "created_at", "content", "tool_calls", "usage"}
+)
 _MESSAGE_COLUMNS = frozenset({*_MESSAGE_TEXT_COLUMNS, "updated_at"})
 
 
+def _path_of(leaf: int | None, parents: Sequence[int | None]) -> set[int]:
+    """The indexes of the messages from a root to ``leaf``."""
+    path = set()
+    while leaf is not None:
+        path.add(leaf)
+        leaf = parents[leaf]
+    return path
+
+
 def messages_to_rows(
-    chat_id: str, messages: Sequence[Message], *, first_position: int, now: datetime
+    chat_id: str,
+    messages: Sequence[Message],
+    *,
+    first_position: int,
+    now: datetime,
+    parent: int | None = None,
+    sibling_index: int = 0,
 ) -> MessageRows:
+    """The rows of messages added to a chat as a chain, on its active path:
+    the first a child of ``parent`` (a position; ``None``: a root), placed
+    ``sibling_index`` among its siblings, and each next one a child of the
+    one before."""
     rows = MessageRows()
-    _add_messages(rows, chat_id, messages, first_position, now)
+    _add_messages(rows, chat_id, messages, first_position, now, first_parent=parent)
+    if rows.messages:
+        rows.messages[0]["sibling_index"] = sibling_index
     return rows
 
 
 def _add_messages(
-    rows: MessageRows, chat_id: str, messages: Sequence[Message], first: int, now: datetime
+    rows: MessageRows,
+    chat_id: str,
+    messages: Sequence[Message],
+    first: int,
+    now: datetime,
+    *,
+    first_parent: int | None = None,
+    parents: Sequence[int | None] | None = None,
+    on_path: set[int] | None = None,
 ) -> None:
-    for position, message in enumerate(messages, start=first):
+    """Add the messages' rows at positions from ``first``: a chain (each
+    message the child of the one before, the first of ``first_parent``), all
+    on the active path; or, given ``parents`` (each message's parent by
+    index) and ``on_path`` (the indexes on the active path), a whole tree."""
+    children: dict[int | None, int] = {}
+    for index, message in enumerate(messages):
+        position = first + index
+        chained = first_parent if index == 0 else position - 1
+        parent = chained if parents is None else parents[index]
+        sibling_index = children.get(parent, 0)
+        children[parent] = sibling_index + 1
         values = message.__dict__
         given = message.__pydantic_fields_set__
         row: Row = {
             "chat_id": chat_id,
             "position": position,
+            "parent_position": parent,
+            "sibling_index": sibling_index,
+            "on_path": on_path is None or index in on_path,
             "uid": values["uid"],
             "role": values["role"],
             "completed": values["completed"],
@@ -500,7 +553,8 @@ def document_from_rows(
     chunks: Sequence[Mapping[Any, Any]] = (),
 ) -> ChatDocument:
     """Rebuild one document from its rows (each list in key order); messages
-    still being streamed show the text received so far."""
+    still being streamed show the text received so far. The message rows may
+    be the whole tree, or the active path only (which gives a linear document)."""
     parts_of: defaultdict[int, list[Mapping[Any, Any]]] = defaultdict(list)
     for part in parts:
         parts_of[part["message_position"]].append(part)
@@ -515,9 +569,17 @@ def document_from_rows(
     data["messages"] = [
         message_from_rows(row, parts_of[row["position"]], calls_of[row["position"]]) for row in messages
     ]
+    uid_of = {row["position"]: row["uid"] for row in messages}
+    previous = None
     for message, row in zip(data["messages"], messages, strict=True):
         if row["position"] in chunks_of:
             fold_chunks(message, chunks_of[row["position"]])
+        parent = row["parent_position"]
+        if parent != previous:  # not the message before: named
+            message["parent"] = None if parent is None else uid_of[parent]
+        previous = row["position"]
+    if chat["active_leaf"] != previous:  # not the last message: named
+        data["active_leaf"] = None if chat["active_leaf"] is None else uid_of[chat["active_leaf"]]
     data["feedback"] = [feedback_from_row(row) for row in feedback]
     data["version"] = chat["version"]
     return ChatDocument.model_validate(data, context=TRUSTED)

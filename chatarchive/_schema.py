@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    Boolean,
     CheckConstraint,
     Column,
     Double,
@@ -32,6 +33,7 @@ from ._types import ArchiveText, JsonObject, OrderedJson, UTCDateTime
 __all__ = [
     "DOCUMENT_ORDER",
     "IDS_PER_STATEMENT",
+    "ON_ACTIVE_PATH",
     "PG_SEARCH_INDEXES",
     "SCHEMA_REVISION",
     "SEARCH_OBJECTS",
@@ -62,7 +64,7 @@ NAMING_CONVENTION = {
 
 #: The Alembic revision these models correspond to (a test keeps it equal to
 #: the newest migration).
-SCHEMA_REVISION = "0010"
+SCHEMA_REVISION = "0011"
 
 #: chatarchive's own Alembic version table, so that an application using Alembic
 #: for its own tables can share the database.
@@ -148,12 +150,15 @@ class ChatRow(Base):
     message_count: Mapped[int]
     version: Mapped[int]
     ordered_json: Mapped[dict[str, Any] | None] = mapped_column(OrderedJson())
+    active_leaf: Mapped[int | None]
+    path_length: Mapped[int] = mapped_column(server_default=sql_text("0"))
 
     __table_args__ = (
         Index(None, "user_id", "updated_at", "chat_id"),
         Index(None, "updated_at", "chat_id"),
         CheckConstraint("message_count >= 0", name="message_count_not_negative"),
         CheckConstraint("version >= 1", name="version_positive"),
+        CheckConstraint("path_length >= 0 AND path_length <= message_count", name="path_length_in_range"),
     )
 
 
@@ -170,9 +175,13 @@ class TagRow(Base):
 
 
 class MessageRow(Base):
-    """One row per message; ``position`` is 0-based and gapless within a chat.
-    A string content is ``text``; the parts of a list content are rows of
-    content_parts."""
+    """One row per message of a chat's tree; ``position`` is 0-based and
+    gapless within a chat, in the order the messages were added, so a parent
+    always comes before its children (``parent_position < position``, which
+    also makes a cycle impossible). ``parent_position`` is no foreign key: a
+    check per inserted row would slow every ingest, and the archive's writes,
+    which add and remove messages in one module, keep it right. A string
+    content is ``text``; the parts of a list content are rows of content_parts."""
 
     __tablename__ = "messages"
 
@@ -194,6 +203,9 @@ class MessageRow(Base):
     total_tokens: Mapped[int | None]
     extra: Mapped[dict[str, Any] | None]
     ordered_json: Mapped[dict[str, Any] | None] = mapped_column(OrderedJson())
+    parent_position: Mapped[int | None]
+    sibling_index: Mapped[int] = mapped_column(server_default=sql_text("0"))
+    on_path: Mapped[bool] = mapped_column(Boolean(), server_default=sql_text("true"))
 
     __table_args__ = (
         UniqueConstraint("chat_id", "uid"),
@@ -219,6 +231,8 @@ class MessageRow(Base):
             sqlite_where=sql_text("extra IS NOT NULL AND json_type(extra, '$.function_call') = 'object'"),
         ),
         CheckConstraint("position >= 0", name="position_not_negative"),
+        CheckConstraint("parent_position < position", name="parent_comes_first"),
+        CheckConstraint("sibling_index >= 0", name="sibling_index_not_negative"),
         CheckConstraint("content_form IN ('string', 'parts', 'null', 'absent')", name="content_form_known"),
     )
 
@@ -320,7 +334,10 @@ class ChunkRow(Base):
 TABLE_COMMENTS = {
     "chats": "One row per chat document.",
     "chat_tags": "A chat's tags, in the document's order.",
-    "messages": "One row per message; position is 0-based and gapless within a chat.",
+    "messages": (
+        "One row per message of the chat's tree; position is 0-based and gapless, in the order "
+        "the messages were added. on_path marks the active path."
+    ),
     "content_parts": "Ordered content parts of messages whose content is a list of parts.",
     "tool_calls": "Tool calls made by assistant messages.",
     "feedback": "Human feedback on a chat, or on one of its messages.",
@@ -342,9 +359,11 @@ COLUMN_COMMENTS = {
         "extra": "The document's unknown keys, and explicit nulls of known fields (JSON object).",
         "created_at": "When the chat was created.",
         "updated_at": "When the chat was last written.",
-        "message_count": "Number of messages (also the next message's position).",
+        "message_count": "Number of messages, every branch's (also the next message's position).",
         "version": "Incremented by every write; for optimistic concurrency.",
         "ordered_json": ORDERED_JSON_COMMENT,
+        "active_leaf": "Position of the last message of the active path (null: the path is empty).",
+        "path_length": "Number of messages on the active path (message_count when the chat has no branches).",
     },
     "chat_tags": {
         "chat_id": "The chat.",
@@ -353,7 +372,7 @@ COLUMN_COMMENTS = {
     },
     "messages": {
         "chat_id": "The chat.",
-        "position": "0-based place in the chat, gapless.",
+        "position": "0-based place in the chat, gapless, in the order the messages were added.",
         "uid": "Stable message id, unique within the chat.",
         "role": "system, developer, user, assistant, tool, function, or any other role.",
         "name": "The participant's name (OpenAI 'name').",
@@ -370,6 +389,11 @@ COLUMN_COMMENTS = {
         "total_tokens": "Total tokens of the response that produced this message.",
         "extra": "Everything else: unknown keys, refusal, audio, function_call, other usage keys (JSON).",
         "ordered_json": ORDERED_JSON_COMMENT,
+        "parent_position": "Position of the message this one answers or follows (null: a root).",
+        "sibling_index": (
+            "0-based place among the messages with the same parent; above 0: a regeneration or edit."
+        ),
+        "on_path": "Whether the message is on the chat's active path (the root-to-active_leaf path).",
     },
     "content_parts": {
         "chat_id": "The chat.",
@@ -435,6 +459,24 @@ DOCUMENT_ORDER: dict[Table, tuple[Column[Any], ...]] = dict(
         _ordered("message_chunks", "chat_id", "message_position", "position"),
     )
 )
+
+#: Which rows of each child table (alias ``x``) belong to the chat's active
+#: path: the messages on it, and what belongs to them. A chat without branches
+#: (``path_length = message_count``) needs no filter.
+_ON_PATH_MESSAGE = (
+    "EXISTS (SELECT 1 FROM messages m WHERE m.chat_id = x.chat_id AND m.position = x.message_position "
+    "AND m.on_path)"
+)
+ON_ACTIVE_PATH: dict[str, str] = {
+    "messages": "x.on_path",
+    "content_parts": _ON_PATH_MESSAGE,
+    "tool_calls": _ON_PATH_MESSAGE,
+    "message_chunks": _ON_PATH_MESSAGE,
+    "feedback": (
+        "(x.message_uid IS NULL OR EXISTS (SELECT 1 FROM messages m WHERE m.chat_id = x.chat_id "
+        "AND m.uid = x.message_uid AND m.on_path))"
+    ),
+}
 
 #: Ids looked up per statement (see ``in_pieces``).
 IDS_PER_STATEMENT = 10_000

@@ -126,6 +126,32 @@ GROUP BY day
 ORDER BY messages DESC, day
 LIMIT 7
 """,
+    "regeneration_rate_per_model": """
+SELECT COALESCE(c.model, m.model, '(none)') AS model, COUNT(*) AS answers,
+       SUM(CASE WHEN m.sibling_index > 0 THEN 1 ELSE 0 END) AS regenerations,
+       ROUND(1.0 * SUM(CASE WHEN m.sibling_index > 0 THEN 1 ELSE 0 END) / COUNT(*), 3) AS regeneration_rate
+FROM messages m
+JOIN chats c ON c.chat_id = m.chat_id
+WHERE m.role = 'assistant'
+GROUP BY COALESCE(c.model, m.model, '(none)')
+ORDER BY regeneration_rate DESC, model
+""",
+    "rejected_answers": """
+SELECT m.chat_id, m.uid, t.text,
+       (SELECT AVG(f.score) FROM feedback f
+        WHERE f.chat_id = m.chat_id AND f.message_uid = m.uid) AS mean_score
+FROM messages m
+JOIN message_texts t ON t.chat_id = m.chat_id AND t.position = m.position
+WHERE m.role = 'assistant'
+  AND (
+    (NOT m.on_path AND EXISTS (
+        SELECT 1 FROM messages kept
+        WHERE kept.chat_id = m.chat_id AND kept.parent_position = m.parent_position
+          AND kept.role = 'assistant' AND kept.on_path))
+    OR (SELECT AVG(f.score) FROM feedback f WHERE f.chat_id = m.chat_id AND f.message_uid = m.uid) < 0
+  )
+ORDER BY m.chat_id, m.position
+""",
 }
 
 Source = ChatArchive | Session | Connection

@@ -159,10 +159,12 @@ class Backend(ABC):
 
     @abstractmethod
     def load_documents(
-        self, executor: Executor, chat_ids: Sequence[str], *, user_id: str | None
+        self, executor: Executor, chat_ids: Sequence[str], *, user_id: str | None, whole: bool = False
     ) -> list[ChatDocument]:
         """The stored documents of ``chat_ids`` (only ``user_id``'s, if given),
-        in the order asked, unknown ids left out, read in one snapshot."""
+        in the order asked, unknown ids left out, read in one snapshot: each
+        chat's active path (a linear document; only its rows are read, see
+        ``ON_ACTIVE_PATH``), or with ``whole`` its whole tree."""
 
     @abstractmethod
     def row_writer(self, executor: Executor) -> RowWriter:
@@ -237,6 +239,10 @@ class Backend(ABC):
 
     #: Whether Alembic alters tables by copying them ("batch" mode).
     alters_by_copying: ClassVar[bool] = False
+
+    #: Whether ``UPDATE ... FROM ... RETURNING`` may return the other table's
+    #: columns (SQLite's RETURNING sees only the updated table).
+    returns_joined_columns: ClassVar[bool] = True
 
     @contextmanager
     def migrating(self, connection: Connection) -> Iterator[None]:

@@ -49,7 +49,7 @@ from sqlalchemy.types import TypeEngine
 from chatarchive._document import ChatDocument
 from chatarchive._exceptions import ChatArchiveError, ConflictError, DatabaseError, SchemaNotReady
 from chatarchive._rows import documents_from_rows
-from chatarchive._schema import DOCUMENT_ORDER, PG_SEARCH_INDEXES, metadata
+from chatarchive._schema import DOCUMENT_ORDER, ON_ACTIVE_PATH, PG_SEARCH_INDEXES, metadata
 from chatarchive._search import (
     HIGHLIGHT,
     SearchFilters,
@@ -191,7 +191,7 @@ class PostgreSQL(Backend):
         executor.execute(select(func.set_config("chatarchive.user_id", user_id, True)))
 
     def load_documents(
-        self, executor: Executor, chat_ids: Sequence[str], *, user_id: str | None
+        self, executor: Executor, chat_ids: Sequence[str], *, user_id: str | None, whole: bool = False
     ) -> list[ChatDocument]:
         """The documents in one statement: one round trip and one snapshot,
         even under READ COMMITTED, or outside a transaction."""
@@ -203,7 +203,7 @@ class PostgreSQL(Backend):
             params["user_id"] = escape_text(user_id)
         found = []
         children: dict[str, dict[Table, list[Mapping[str, Any]]]] = {}
-        statement = _documents_query(scoped=user_id is not None, one=one)
+        statement = _documents_query(scoped=user_id is not None, one=one, whole=whole)
         for (document,) in _fetch_all(connection_of(executor), statement, params):
             chat_values, *child_values = json.loads(unescape_json_text(document))
             chat = _json_row(_chats, chat_values)
@@ -541,7 +541,7 @@ def _json_row(table: Table, values: Sequence[Any]) -> dict[str, Any]:
 
 
 @cache
-def _documents_query(*, scoped: bool, one: bool) -> TextClause:
+def _documents_query(*, scoped: bool, one: bool, whole: bool) -> TextClause:
     """Each chat as one JSON array: its row, then its child rows of each table
     as arrays of arrays. One text value per chat is the cheapest result for the
     driver to hand over and for Python to decode.
@@ -550,13 +550,19 @@ def _documents_query(*, scoped: bool, one: bool) -> TextClause:
     prepared the statement, PostgreSQL then reuses one generic plan instead of
     planning each call, as it keeps doing for ``= ANY(array)`` (whose generic
     plan it estimates for several ids).
+
+    Unless ``whole``, only the rows of the active path: a chat without
+    branches needs no filter, so it costs what it did before chats had any.
     """
     children = []
     for table, order in DOCUMENT_ORDER.items():
         ordering = ", ".join(f"x.{column.name}" for column in order[1:])
+        on_path = ""
+        if not whole and table.name in ON_ACTIVE_PATH:
+            on_path = f" AND (c.path_length = c.message_count OR {ON_ACTIVE_PATH[table.name]})"
         children.append(
             f"(SELECT json_agg(json_build_array({_json_values(table, 'x')}) ORDER BY {ordering}) "
-            f"FROM {table.name} x WHERE x.chat_id = c.chat_id)"
+            f"FROM {table.name} x WHERE x.chat_id = c.chat_id{on_path})"
         )
     wanted = "c.chat_id = :chat_id" if one else "c.chat_id = ANY(:ids)"
     owner = " AND c.user_id = :user_id" if scoped else ""

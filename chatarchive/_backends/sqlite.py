@@ -49,7 +49,7 @@ from chatarchive._exceptions import (
     TransactionInProgress,
 )
 from chatarchive._rows import documents_from_rows
-from chatarchive._schema import DOCUMENT_ORDER, in_pieces, metadata
+from chatarchive._schema import DOCUMENT_ORDER, ON_ACTIVE_PATH, in_pieces, metadata
 from chatarchive._search import (
     HIGHLIGHT,
     SearchFilters,
@@ -78,6 +78,7 @@ class SQLite(Backend):
     parallel_writers: ClassVar[bool] = False
     has_row_level_security: ClassVar[bool] = False
     alters_by_copying: ClassVar[bool] = True
+    returns_joined_columns: ClassVar[bool] = False
 
     # -- URLs, engines and connections ---------------------------------------------
 
@@ -148,7 +149,7 @@ class SQLite(Backend):
     # -- the statements of a unit of work ------------------------------------------------
 
     def load_documents(
-        self, executor: Executor, chat_ids: Sequence[str], *, user_id: str | None
+        self, executor: Executor, chat_ids: Sequence[str], *, user_id: str | None, whole: bool = False
     ) -> list[ChatDocument]:
         """One query per table for every ``IDS_PER_STATEMENT`` chats (the
         caller's transaction keeps one snapshot)."""
@@ -163,7 +164,12 @@ class SQLite(Backend):
         }
         for ids in in_pieces(list(children)):
             for table, order in DOCUMENT_ORDER.items():
-                query = select(table).where(table.c.chat_id.in_(ids)).order_by(*order)
+                x = table.alias("x")
+                query = (
+                    select(x).where(x.c.chat_id.in_(ids)).order_by(*(x.c[column.name] for column in order))
+                )
+                if not whole and table.name in ON_ACTIVE_PATH:
+                    query = query.where(text(ON_ACTIVE_PATH[table.name]))
                 for child in executor.execute(query).mappings():
                     children[child["chat_id"]][table].append(child)
         return documents_from_rows(chat_ids, found, children)

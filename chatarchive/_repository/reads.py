@@ -20,7 +20,7 @@ from chatarchive._arguments import (
     require_many,
     require_text,
 )
-from chatarchive._document import ChatDocument, ChatFilter, ChatPage, ChatSummary
+from chatarchive._document import ChatDocument, ChatFilter, ChatPage, ChatSummary, ChatTree
 from chatarchive._exceptions import ChatNotFound, InvalidArgument
 from chatarchive._schema import metadata
 from chatarchive._search import SearchFilters, SearchHit, check_query
@@ -29,7 +29,17 @@ from chatarchive._types import ArchiveText, UTCDateTime
 from .plans import Emit, FaceFacts, Kind, Step, Stream
 from .unit import NOBODY, Unit, scoped_user
 
-__all__ = ["chat_ids", "count_chats", "export", "get", "get_many", "list_chats", "requested_ids", "search"]
+__all__ = [
+    "chat_ids",
+    "count_chats",
+    "export",
+    "get",
+    "get_many",
+    "get_tree",
+    "list_chats",
+    "requested_ids",
+    "search",
+]
 
 chats = metadata.tables["chats"]
 chat_tags = metadata.tables["chat_tags"]
@@ -41,32 +51,57 @@ _SUMMARY_COLUMNS = (
     chats.c.model,
     chats.c.created_at,
     chats.c.updated_at,
-    chats.c.message_count,
+    chats.c.path_length.label("message_count"),
     chats.c.version,
 )
 
 
-def get(unit: Unit, /, chat_id: str) -> ChatDocument:
-    """The stored chat, with ``version`` set.
+def get(unit: Unit, /, chat_id: str, *, leaf: str | None = None) -> ChatDocument:
+    """The stored chat's active path, as a linear document, with ``version``
+    set: for a chat without branches, the chat as it was saved. Only the
+    path's rows are read, whatever the branches off it.
+
+    Args:
+        leaf: the uid of a message: the path from a root down to it instead.
 
     Raises:
         ChatNotFound: no such chat.
+        InvalidArgument: ``leaf`` names no message of the chat.
     """
+    if leaf is not None:
+        require_text(leaf, "leaf")
+        return get_tree(unit, chat_id).path_document(leaf)
     found = get_many(unit, [chat_id])
     if not found:
         raise ChatNotFound(chat_id)
     return found[0]
 
 
-def get_many(unit: Unit, /, chat_ids: Iterable[str]) -> list[ChatDocument]:
-    """Stored chats in the order asked, unknown ids skipped; a fixed number of
-    queries however many messages there are (PostgreSQL: one; SQLite: one per
-    table for every 10,000 chats)."""
+def get_tree(unit: Unit, /, chat_id: str) -> ChatTree:
+    """The stored chat whole: every message of every branch, each with its
+    parent, and the active leaf.
+
+    Raises:
+        ChatNotFound: no such chat.
+    """
+    wanted = requested_ids([chat_id])
+    with unit.reading():
+        found = unit.backend.load_documents(unit.executor, wanted, user_id=unit.user_id, whole=True)
+    if not found:
+        raise ChatNotFound(chat_id)
+    return ChatTree(found[0])
+
+
+def get_many(unit: Unit, /, chat_ids: Iterable[str], *, whole: bool = False) -> list[ChatDocument]:
+    """Stored chats in the order asked, unknown ids skipped, each its active
+    path as ``get`` returns it (``whole``: its whole tree, as ``export``
+    gives it); a fixed number of queries however many messages there are
+    (PostgreSQL: one; SQLite: one per table for every 10,000 chats)."""
     wanted = requested_ids(chat_ids)
     if not wanted:
         return []
     with unit.reading():
-        return unit.backend.load_documents(unit.executor, wanted, user_id=unit.user_id)
+        return unit.backend.load_documents(unit.executor, wanted, user_id=unit.user_id, whole=whole)
 
 
 def requested_ids(chat_ids: Iterable[str]) -> list[str]:
@@ -129,16 +164,17 @@ def chat_ids(
 def export(
     face: FaceFacts, /, where: ChatFilter | None = None, *, batch_size: int = 100
 ) -> Stream[ChatDocument]:
-    """Every chat ``where`` selects (all of them when not given), whole, in
-    ``chat_id`` order, read ``batch_size`` chats at a time. An archive reads
-    each batch in a transaction of its own, so none stays open between
-    batches; ``where=ChatFilter(until=cutoff)`` exports what
+    """Every chat ``where`` selects (all of them when not given), whole (every
+    branch: ``save`` takes each back as it was), in ``chat_id`` order, read
+    ``batch_size`` chats at a time. An archive reads each batch in a
+    transaction of its own, so none stays open between batches;
+    ``where=ChatFilter(until=cutoff)`` exports what
     ``delete_older_than(cutoff)`` would delete."""
     require_at_least_one(batch_size, "batch_size")
     _check_filter(where)
     after: str | None = None
     while batch := (yield Step(Kind.READ, partial(chat_ids, where=where, after=after, limit=batch_size))):
-        documents = yield Step(Kind.READ, partial(get_many, chat_ids=batch))
+        documents = yield Step(Kind.READ, partial(get_many, chat_ids=batch, whole=True))
         yield Emit(documents)
         after = batch[-1]
 

@@ -187,10 +187,11 @@ def complete_message(unit: Unit, /, chat_id: str, message_uid: str, **fields: An
             unit.execute(
                 delete_rows(table).where(table.c.chat_id == chat_id, table.c.message_position == position)
             )
+        in_the_tree = ("parent_position", "sibling_index", "on_path")  # where it is does not change
         unit.execute(
             update_rows(messages)
             .where(messages.c.chat_id == chat_id, messages.c.position == position)
-            .values(rows.messages[0])
+            .values({name: value for name, value in rows.messages[0].items() if name not in in_the_tree})
         )
         unit.insert(content_parts, rows.parts)
         unit.insert(tool_calls, rows.tool_calls)

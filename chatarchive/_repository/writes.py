@@ -39,6 +39,7 @@ from chatarchive._rows import (
 from chatarchive._schema import in_pieces, metadata
 
 from .plans import FaceFacts, Kind, Plan, Step
+from .tree import message_at, move_path, next_sibling_index, path_positions, remove, subtree
 from .unit import NOBODY, Unit, now, scoped_user
 
 __all__ = [
@@ -52,10 +53,13 @@ __all__ = [
     "delete_feedback",
     "delete_older_than",
     "delete_user",
+    "edit",
     "insert_messages",
     "lock",
+    "regenerate",
     "require_chat",
     "save",
+    "set_active_leaf",
     "touch",
     "truncate",
     "update",
@@ -95,6 +99,11 @@ class ChatChanges(TypedDict, total=False):
 def save(unit: Unit, /, doc: ChatDocument | Mapping[str, Any], *, expected_version: int | None = None) -> int:
     """Insert a chat, or replace the stored chat with the same ``chat_id``.
 
+    The document is the whole chat: its whole tree, or a linear chat. A
+    linear document does not replace a stored chat that has branches (the
+    document ``get`` returns is its active path alone): that would delete
+    them unasked.
+
     Args:
         doc: the document (or its canonical JSON as a mapping).
         expected_version: if given, the version the stored chat must have
@@ -105,7 +114,8 @@ def save(unit: Unit, /, doc: ChatDocument | Mapping[str, Any], *, expected_versi
 
     Raises:
         InvalidDocument: the document is not valid.
-        ConflictError: the stored version is not ``expected_version``.
+        ConflictError: the stored version is not ``expected_version``, or a
+            linear document would replace a chat with branches.
     """
     require_version(expected_version)
     doc = unit.owned(ChatDocument.parse(doc, limits=unit.limits))
@@ -117,6 +127,12 @@ def save(unit: Unit, /, doc: ChatDocument | Mapping[str, Any], *, expected_versi
             stored = 0 if current is None else current["version"]
             if expected_version is not None and stored != expected_version:
                 raise ConflictError(f"chat {doc.chat_id!r} is at version {stored}, not {expected_version}")
+            if current is not None and doc.is_linear and current["path_length"] < current["message_count"]:
+                raise ConflictError(
+                    f"chat {doc.chat_id!r} has {current['message_count'] - current['path_length']} messages "
+                    "off its active path, which saving this linear document would delete; save the whole "
+                    "tree (get_tree(chat_id).document), or delete the chat first"
+                )
             rows = document_to_rows(doc, now=now(), version=stored + 1)
             if current is None:
                 if not unit.backend.create_chat(unit.executor, rows.chat):
@@ -139,15 +155,93 @@ def append(
     chat_id: str,
     messages: Iterable[Message | Mapping[str, Any]],
     *,
+    parent: str | None = None,
     expected_version: int | None = None,
 ) -> list[Message]:
-    """Add messages at the end of a chat, without touching earlier rows.
+    """Add messages to a chat as a chain, without touching earlier rows: the
+    first answers the active leaf (or ``parent``, the uid of any message of
+    the chat: a new branch), each next one the one before. The last becomes
+    the active leaf, so ``get`` shows them.
 
     Errors name the message by its index in ``messages``.
 
     Returns:
         The messages as stored (uids and timestamps filled in).
+
+    Raises:
+        InvalidArgument: ``parent`` names no message of the chat.
     """
+    optional_text(parent, "parent")
+    return _add(unit, chat_id, messages, expected_version=expected_version, parent=parent)
+
+
+def regenerate(
+    unit: Unit,
+    /,
+    chat_id: str,
+    message_uid: str,
+    messages: Iterable[Message | Mapping[str, Any]],
+    *,
+    expected_version: int | None = None,
+) -> list[Message]:
+    """Add another answer in place of the message ``message_uid``: ``messages``
+    (a new answer, or an answer with its tool calls and results) become a
+    sibling branch of it, and the active path. The old answer stays, off the
+    path: with feedback, the pair is preference data.
+
+    Returns:
+        The messages as stored.
+
+    Raises:
+        InvalidArgument: ``message_uid`` names no message of the chat.
+    """
+    require_text(message_uid, "message_uid")
+    return _add(unit, chat_id, messages, expected_version=expected_version, sibling_of=message_uid)
+
+
+def edit(
+    unit: Unit,
+    /,
+    chat_id: str,
+    message_uid: str,
+    content: str | list[Any] | None,
+    *,
+    expected_version: int | None = None,
+) -> Message:
+    """Edit a message as chat products do: a new message with the same role
+    (and name) and ``content`` becomes a sibling of ``message_uid`` and the
+    active leaf, ready for the answer to be appended; the original and what
+    followed it stay, off the path.
+
+    Returns:
+        The new message as stored.
+
+    Raises:
+        InvalidArgument: ``message_uid`` names no message of the chat.
+    """
+    require_text(message_uid, "message_uid")
+    with unit.writing():
+        lock(unit, chat_id, expected_version)
+        original = message_at(unit, chat_id, message_uid, argument="message_uid")
+        edited: dict[str, Any] = {"role": original["role"], "content": content}
+        if original["name"] is not None:
+            edited["name"] = original["name"]
+        (message,) = _add(unit, chat_id, [edited], expected_version=None, sibling_of=message_uid)
+    return message
+
+
+def _add(
+    unit: Unit,
+    /,
+    chat_id: str,
+    messages: Iterable[Message | Mapping[str, Any]],
+    *,
+    expected_version: int | None,
+    parent: str | None = None,
+    sibling_of: str | None = None,
+) -> list[Message]:
+    """Add ``messages`` as a chain under the active leaf, ``parent``, or the
+    parent of ``sibling_of``, and make the last one the active leaf."""
     require_many(messages, "messages", "messages", chat_id=chat_id)
     messages = list(messages)  # read twice: parsed, then for the uids they came with
     parsed = parse_messages(messages, chat_id=chat_id, limits=unit.limits)
@@ -170,7 +264,8 @@ def append(
     ]
     moment = now()
     with unit.writing():
-        count = bump(unit, chat_id, expected_version, moment, len(parsed))["message_count"]
+        before = bump(unit, chat_id, expected_version, moment, len(parsed))
+        count = before["message_count"]
         taken = None
         for uids in in_pieces(given):
             stored = select(messages_table.c.uid).where(
@@ -187,8 +282,43 @@ def append(
                 message_index=index,
                 field="uid",
             )
-        insert_messages(unit, messages_to_rows(chat_id, parsed, first_position=count, now=moment))
+        attach_to = before["active_leaf"]
+        if parent is not None:
+            attach_to = message_at(unit, chat_id, parent, argument="parent")["position"]
+        elif sibling_of is not None:
+            attach_to = message_at(unit, chat_id, sibling_of, argument="message_uid")["parent_position"]
+        sibling_index = next_sibling_index(unit, chat_id, attach_to, count)
+        if attach_to != before["active_leaf"]:  # a new branch: the path moves to it
+            path_length = move_path(unit, chat_id, attach_to) + len(parsed)
+            unit.execute(update_rows(chats).where(chats.c.chat_id == chat_id).values(path_length=path_length))
+        rows = messages_to_rows(
+            chat_id, parsed, first_position=count, now=moment, parent=attach_to, sibling_index=sibling_index
+        )
+        insert_messages(unit, rows)
     return [m if m.created_at else m.model_copy(update={"created_at": moment}) for m in parsed]
+
+
+def set_active_leaf(unit: Unit, /, chat_id: str, leaf: str, *, expected_version: int | None = None) -> int:
+    """Show another path: the one from a root down to the message ``leaf``
+    (a uid; any message, so that a path can also end early). Nothing is
+    deleted; ``expected_version`` makes the move conditional, so that of two
+    users moving the same chat at once, one is refused rather than undone.
+
+    Returns:
+        The chat's version (a new one if the path moved).
+
+    Raises:
+        InvalidArgument: ``leaf`` names no message of the chat.
+    """
+    require_text(leaf, "leaf")
+    moment = now()
+    with unit.writing():
+        current = lock(unit, chat_id, expected_version)
+        position = message_at(unit, chat_id, leaf, argument="leaf")["position"]
+        if position == current["active_leaf"]:
+            return int(current["version"])
+        path_length = move_path(unit, chat_id, position)
+        return touch(unit, chat_id, current, moment, active_leaf=position, path_length=path_length)
 
 
 def add_feedback(unit: Unit, /, chat_id: str, feedback: Feedback | Mapping[str, Any]) -> Feedback:
@@ -290,42 +420,63 @@ def update(
         return touch(unit, chat_id, current, moment, **values)
 
 
-def truncate(unit: Unit, /, chat_id: str, keep: int, *, expected_version: int | None = None) -> int:
-    """Remove the chat's messages after its first ``keep``, with their parts,
-    tool calls, streamed chunks and the feedback given on them (to regenerate
-    an answer, or to edit a message and go on from there); earlier rows are not
-    touched. Nothing to remove changes nothing.
+def truncate(
+    unit: Unit, /, chat_id: str, keep: int, *, expected_version: int | None = None, delete: bool = False
+) -> int:
+    """Cut the active path after its first ``keep`` messages (to regenerate
+    an answer, or to edit a message and go on from there): the message at
+    ``keep - 1`` becomes the active leaf, and the next message appended
+    answers it.
+
+    The messages cut off stay in the chat as a branch off the active path,
+    with their feedback: a rejected answer is what preference data is made
+    of, and ``set_active_leaf`` brings them back. With ``delete=True`` they are
+    deleted instead, with everything below them (their parts, tool calls,
+    streamed chunks, feedback, and the other branches that grew from them).
+    Earlier rows are not touched; nothing to cut changes nothing.
 
     Returns:
-        The chat's version (a new one if messages were removed).
+        The chat's version (a new one if the path changed).
     """
     if not is_whole_number(keep) or keep < 0:
         raise InvalidArgument(
             f"keep must be a whole number >= 0, not {keep!r}", argument="keep", chat_id=chat_id
         )
+    if not isinstance(delete, bool):
+        raise InvalidArgument(
+            f"delete must be True or False, not {delete!r}", argument="delete", chat_id=chat_id
+        )
     moment = now()
     with unit.writing():
         current = lock(unit, chat_id, expected_version)
-        if keep >= current["message_count"]:
+        count, length = current["message_count"], current["path_length"]
+        if keep >= length:
             return int(current["version"])
-        removed = select(messages_table.c.uid).where(
-            messages_table.c.chat_id == chat_id, messages_table.c.position >= keep
-        )
-        unit.execute(
-            delete_rows(feedback_table).where(
-                feedback_table.c.chat_id == chat_id, feedback_table.c.message_uid.in_(removed)
-            )
-        )
-        for table in (message_chunks, content_parts, tool_calls):
+        linear = length == count  # the path is positions 0 to count - 1
+        path = range(count) if linear else path_positions(unit, chat_id, current["active_leaf"])
+        leaf = path[keep - 1] if keep else None
+        if not delete:
             unit.execute(
-                delete_rows(table).where(table.c.chat_id == chat_id, table.c.message_position >= keep)
+                update_rows(messages_table)
+                .where(
+                    messages_table.c.chat_id == chat_id,
+                    messages_table.c.on_path,
+                    messages_table.c.position >= path[keep],
+                )
+                .values(on_path=False)
             )
-        unit.execute(
-            delete_rows(messages_table).where(
-                messages_table.c.chat_id == chat_id, messages_table.c.position >= keep
-            )
+            return touch(unit, chat_id, current, moment, active_leaf=leaf, path_length=keep)
+        removed = range(keep, count) if linear else subtree(unit, chat_id, path[keep])
+        remove(unit, chat_id, removed, count)
+        return touch(
+            unit,
+            chat_id,
+            current,
+            moment,
+            message_count=count - len(removed),
+            active_leaf=leaf,
+            path_length=keep,
         )
-        return touch(unit, chat_id, current, moment, message_count=keep)
 
 
 def delete(unit: Unit, /, chat_id: str) -> None:
@@ -441,7 +592,7 @@ def _lock_row(unit: Unit, /, chat_id: str) -> Mapping[Any, Any] | None:
     return (
         unit.execute(
             select(chats.c.version, chats.c.message_count, chats.c.user_id)
-            .add_columns(chats.c.extra, chats.c.ordered_json)
+            .add_columns(chats.c.extra, chats.c.ordered_json, chats.c.active_leaf, chats.c.path_length)
             .where(chats.c.chat_id == chat_id)
             .with_for_update()
         )
@@ -460,34 +611,53 @@ def lock(unit: Unit, /, chat_id: str, expected_version: int | None = None) -> Ma
 def bump(
     unit: Unit, /, chat_id: str, expected_version: int | None, moment: datetime, added: int = 0
 ) -> Mapping[Any, Any]:
-    """Lock the chat's row for a write and give it its new version (and
-    ``added`` more messages), in one statement where the database has ``UPDATE
-    ... RETURNING``; an error raised later in the write rolls it back with the
-    rest. Returns the row's ``version`` and ``message_count`` as they were before."""
-    if not unit.connection.dialect.update_returning:
+    """Lock the chat's row for a write and give it its new version; with
+    ``added`` messages to come, as a chain under the active leaf, also their
+    count and the last of them as the active leaf (a caller that puts them
+    elsewhere corrects ``path_length``). One statement where the database has
+    ``UPDATE ... RETURNING``; an error raised later in the write rolls it
+    back with the rest. Returns the row's ``version``, ``message_count``,
+    ``user_id`` and ``active_leaf`` as they were before."""
+    if not unit.connection.dialect.update_returning or (added and not unit.backend.returns_joined_columns):
         current = lock(unit, chat_id, expected_version)
-        touch(unit, chat_id, current, moment, message_count=current["message_count"] + added)
+        values = {}
+        if added:
+            values = {
+                "message_count": current["message_count"] + added,
+                "active_leaf": current["message_count"] + added - 1,
+                "path_length": current["path_length"] + added,
+            }
+        touch(unit, chat_id, current, moment, **values)
         return current
     require_version(expected_version)
     require_text(chat_id, "chat_id")
-    bumped = (
-        unit.execute(
-            update_rows(chats)
+    statement = update_rows(chats).values(version=chats.c.version + 1, updated_at=moment)
+    returned: list[Any] = [chats.c.version, chats.c.message_count, chats.c.user_id, chats.c.active_leaf]
+    if added:
+        # The active leaf before, from the row as locked: RETURNING gives the row as written.
+        old = (
+            select(chats.c.chat_id, chats.c.active_leaf.label("previous_leaf"))
             .where(chats.c.chat_id == chat_id)
-            .values(
-                version=chats.c.version + 1, updated_at=moment, message_count=chats.c.message_count + added
-            )
-            .returning(chats.c.version, chats.c.message_count, chats.c.user_id)
+            .with_for_update()
+            .cte("old")
         )
-        .mappings()
-        .first()
-    )
+        statement = statement.where(chats.c.chat_id == old.c.chat_id).values(
+            message_count=chats.c.message_count + added,
+            active_leaf=chats.c.message_count + added - 1,
+            path_length=chats.c.path_length + added,
+        )
+        returned[-1] = old.c.previous_leaf
+    else:
+        statement = statement.where(chats.c.chat_id == chat_id)
+    bumped = unit.execute(statement.returning(*returned)).first()
     before = None
     if bumped is not None:
+        version, message_count, user_id, active_leaf = bumped
         before = {
-            "version": bumped["version"] - 1,
-            "message_count": bumped["message_count"] - added,
-            "user_id": bumped["user_id"],
+            "version": version - 1,
+            "message_count": message_count - added,
+            "user_id": user_id,
+            "active_leaf": active_leaf,
         }
     return _checked(unit, chat_id, before, expected_version)
 

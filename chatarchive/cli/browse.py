@@ -80,9 +80,14 @@ def ls(where: ChatFilter, limit: int, cursor: str | None, as_json: bool) -> None
 @main.command("show")
 @click.argument("chat_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the canonical JSON document.")
-def show(chat_id: str, as_json: bool) -> None:
-    """Show one chat as a readable transcript."""
-    document = archive().get(chat_id)
+@click.option("--leaf", help="Show the path that ends at this message (a uid) instead of the active one.")
+@click.option("--tree", "whole", is_flag=True, help="With --json: the whole tree, every branch.")
+def show(chat_id: str, as_json: bool, leaf: str | None, whole: bool) -> None:
+    """Show one chat's active path as a readable transcript."""
+    if whole and (leaf is not None or not as_json):
+        raise click.UsageError("--tree: only with --json, and not with --leaf")
+    target = archive()
+    document = target.get_tree(chat_id).document if whole else target.get(chat_id, leaf=leaf)
     if as_json:
         click.echo(document.model_dump_json(indent=2))
     else:

@@ -39,9 +39,13 @@ _LOCK_TIMEOUT = click.option(
 )
 
 
-def _print_migration(archive: ChatArchive, revision: str, *, up: bool, lock_timeout: float | None) -> None:
+def _print_migration(
+    archive: ChatArchive, revision: str, *, up: bool, lock_timeout: float | None, drop_branches: bool = False
+) -> None:
     script = io.StringIO()  # printed whole or not at all: an unknown revision fails after "BEGIN;"
-    render(archive.engine, revision, up=up, output=script, lock_timeout=lock_timeout)
+    render(
+        archive.engine, revision, up=up, output=script, lock_timeout=lock_timeout, drop_branches=drop_branches
+    )
     sys.stdout.write(script.getvalue())
 
 
@@ -64,16 +68,29 @@ def db_upgrade(revision: str, sql: bool, lock_timeout: float | None) -> None:
 @_SQL_ONLY
 @_LOCK_TIMEOUT
 @click.option("--yes", is_flag=True, help="Do not ask before 'base' drops tables that hold chats.")
-def db_downgrade(revision: str, sql: bool, lock_timeout: float | None, yes: bool) -> None:
+@click.option(
+    "--drop-branches",
+    is_flag=True,
+    help="Below revision 0011: drop the messages off each chat's active path (refused otherwise).",
+)
+def db_downgrade(
+    revision: str, sql: bool, lock_timeout: float | None, yes: bool, drop_branches: bool
+) -> None:
     """Migrate the database down to REVISION ('base' drops every table, and
-    asks first if they hold chats)."""
+    asks first if they hold chats). Chats are linear below revision 0011: a
+    downgrade that would lose branches is refused unless --drop-branches, and
+    then lists the messages it dropped."""
     target = archive()
     if sql:
-        _print_migration(target, revision, up=False, lock_timeout=lock_timeout)
+        _print_migration(target, revision, up=False, lock_timeout=lock_timeout, drop_branches=drop_branches)
         return
     if revision == "base" and not yes:
         ask_if_chats_are_lost(target, "Drop every table of {where}, with the {chats} in them?")
-    target.downgrade(revision, lock_timeout=lock_timeout)
+    dropped = target.downgrade(revision, lock_timeout=lock_timeout, drop_branches=drop_branches)
+    if dropped:
+        stderr().print(f"dropped {len(dropped)} messages off the active path:")
+        for chat_id, uid in dropped:
+            click.echo(f"{chat_id}\t{uid}")  # tab-separated, for scripts
     stderr().print(f"database at revision {target.current_revision() or 'base'}")
 
 

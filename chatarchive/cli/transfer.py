@@ -28,8 +28,8 @@ from chatarchive._document import ChatDocument, ChatFilter
 from chatarchive._exceptions import ChatArchiveError, InvalidDocument
 from chatarchive._jsonio import READ_ERRORS, Record, open_text, read_records, written
 from chatarchive._repository.batches import MAX_BATCH_SIZE, documents_in_flight
-from chatarchive.formats import EXPORT_FORMATS, IMPORT_FORMATS
-from chatarchive.formats.finetune import Filters, Selection, select
+from chatarchive.formats import DATASET_FORMATS, EXPORT_FORMATS, IMPORT_FORMATS
+from chatarchive.formats.finetune import Filters, Selection
 
 from .app import INTERRUPTED, archive, chat_filter_options, count_of_chats, fail, main, moment
 from .rendering import literal, stderr
@@ -210,22 +210,25 @@ def _progress(total: int | None) -> Iterator[Callable[[int, int], None]]:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(list(EXPORT_FORMATS)),
+    type=click.Choice(list({**EXPORT_FORMATS, **DATASET_FORMATS})),
     default="canonical",
     show_default=True,
-    help="canonical: whole documents; openai: each chat's message list; openai-finetune: training lines; "
+    help="canonical: whole documents, every branch; openai: each chat's active path; openai-finetune: "
+    "training lines; openai-preference, dpo: preference pairs of regenerated answers, one a line; "
     "masterbrain, malevich, sharegpt, chatgpt: those formats.",
 )
 @click.option(
-    "--min-score", type=float, help="openai-finetune: chats whose mean feedback score is at least this."
+    "--min-score",
+    type=float,
+    help="Datasets: chats whose mean feedback score (on the active path) is at least this.",
 )
 @click.option(
     "--created-since",
     type=moment,
-    help="openai-finetune: only chats whose document was created from then on (UTC if no offset).",
+    help="Datasets: only chats whose document was created from then on (UTC if no offset).",
 )
 @click.option(
-    "--exclude-role", "exclude_roles", multiple=True, help="openai-finetune: leave out messages of this role."
+    "--exclude-role", "exclude_roles", multiple=True, help="Datasets: leave out messages of this role."
 )
 @click.option(
     "-o",
@@ -243,26 +246,30 @@ def export(
 ) -> None:
     """Write chats as JSON Lines, one chat per line, streamed, in chat_id order
     (--before or --older-than: what 'rm' with the same option would delete)."""
-    if fmt != "openai-finetune":
+    if fmt not in DATASET_FORMATS:
         given = {"--min-score": min_score, "--created-since": created_since, "--exclude-role": exclude_roles}
         if misplaced := [name for name, value in given.items() if value not in (None, ())]:
-            raise click.UsageError(f"{', '.join(misplaced)}: only with --format openai-finetune")
+            datasets = ", ".join(DATASET_FORMATS)
+            raise click.UsageError(f"{', '.join(misplaced)}: only with a dataset --format ({datasets})")
     target = archive()
     documents = target.export(where)
     selection = Selection()
-    if fmt == "openai-finetune":
+    if fmt in DATASET_FORMATS:
         filters = Filters(min_score=min_score, since=created_since, exclude_roles=exclude_roles)
-        lines: Iterator[Any] = select(documents, filters, selection)
+        lines: Iterator[Any] = DATASET_FORMATS[fmt](documents, filters, selection)
     else:
         exporter = EXPORT_FORMATS[fmt]  # the archive's own documents: no need to validate them again
         lines = (exporter(document) for document in documents)
-    chats = 0  # one line a chat, in every format
+    written_lines = 0
     with nullcontext(sys.stdout) if output is None else written(output) as stream:
         for line in lines:
             stream.write(json.dumps(line, ensure_ascii=False) + "\n")
-            chats += 1
+            written_lines += 1
     skipped = ", ".join(f"{count} ({reason})" for reason, count in sorted(selection.skipped.items()))
-    stderr().print(f"wrote {count_of_chats(chats)}" + (f"; skipped {skipped}" if skipped else ""))
+    what = count_of_chats(written_lines)  # one line a chat
+    if fmt in ("openai-preference", "dpo"):
+        what = f"{written_lines} preference pair" + ("" if written_lines == 1 else "s")
+    stderr().print(f"wrote {what}" + (f"; skipped {skipped}" if skipped else ""))
 
 
 # -- looking around --------------------------------------------------------------

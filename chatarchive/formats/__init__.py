@@ -17,6 +17,8 @@ format             what                                           round trip
 ``sharegpt``       ``{"conversations": [{"from", "value"}]}``      exact
 ``chatgpt``        one conversation of ChatGPT's data export      exact (all branches; see the formats guide)
 ``openai-finetune`` fine-tuning JSONL lines (export only)         -
+``openai-preference`` preference fine-tuning JSONL (export only)  -
+``dpo``            DPO JSONL as TRL reads it (export only)         -
 =================  =============================================  =====================
 """
 
@@ -24,16 +26,18 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import partial
 from typing import Any
 
 from chatarchive._arguments import require_text
 from chatarchive._document import ChatDocument
 from chatarchive._exceptions import InvalidArgument, InvalidDocument
 
-from . import canonical, chatgpt, finetune, malevich, masterbrain, openai_messages, sharegpt
+from . import canonical, chatgpt, finetune, malevich, masterbrain, openai_messages, preference, sharegpt
+from .finetune import Filters, Selection
 
-__all__ = ["EXPORT_FORMATS", "IMPORT_FORMATS", "detect", "export", "to_document"]
+__all__ = ["DATASET_FORMATS", "EXPORT_FORMATS", "IMPORT_FORMATS", "detect", "export", "to_document"]
 
 #: Formats in the order auto-detection tries them (the most specific first),
 #: after an object with a ``messages`` list, which is always a canonical document.
@@ -45,14 +49,38 @@ IMPORT_FORMATS = {
     "openai": openai_messages,
     "canonical": canonical,
 }
+
+
+def _active_path(exporter: Callable[[ChatDocument], Any]) -> Callable[[ChatDocument], Any]:
+    """``exporter``, for a format that holds one path: given the active path."""
+
+    def export(doc: ChatDocument) -> Any:
+        return exporter(doc.path_document())
+
+    return export
+
+
+#: The exporters. ``canonical`` and ``chatgpt`` write the whole tree; the
+#: other formats hold one path, and write the active one.
 EXPORT_FORMATS: dict[str, Callable[[ChatDocument], Any]] = {
     "canonical": canonical.from_document,
-    "openai": openai_messages.from_document,
-    "masterbrain": masterbrain.from_document,
-    "malevich": malevich.from_document,
-    "sharegpt": sharegpt.from_document,
+    "openai": _active_path(openai_messages.from_document),
+    "masterbrain": _active_path(masterbrain.from_document),
+    "malevich": _active_path(malevich.from_document),
+    "sharegpt": _active_path(sharegpt.from_document),
     "chatgpt": chatgpt.from_document,
-    "openai-finetune": finetune.from_document,
+    "openai-finetune": _active_path(finetune.from_document),
+}
+
+
+#: Training datasets: the lines of the chats that pass the filters, one per
+#: chat (fine-tuning) or one per preference pair.
+DATASET_FORMATS: dict[
+    str, Callable[[Iterable[ChatDocument], Filters, Selection], Iterator[dict[str, Any]]]
+] = {
+    "openai-finetune": finetune.select,
+    "openai-preference": partial(preference.select, line=preference.openai_preference),
+    "dpo": partial(preference.select, line=preference.dpo),
 }
 
 
@@ -110,6 +138,11 @@ def _identify_by_content(document: ChatDocument, record: Any) -> None:
             uid = str(uuid.uuid5(chat, f"message/{position}"))
             renamed[message.uid] = uid
             message.uid = uid
+    for message in document.messages:
+        if message.parent in renamed:
+            message.parent = renamed[message.parent]
+    if document.active_leaf in renamed:
+        document.active_leaf = renamed[document.active_leaf]
     for position, item in enumerate(document.feedback):
         if "id" not in item.model_fields_set:
             item.id = str(uuid.uuid5(chat, f"feedback/{position}"))

@@ -1,12 +1,16 @@
 """One conversation of ChatGPT's data export (an item of ``conversations.json``).
 
 A conversation is a tree: ``mapping`` holds nodes (``id``, ``message``,
-``parent``, ``children``) and ``current_node`` the leaf of the branch the user
-last saw. Import takes that active path, from the root down, as the chat's
-messages: each node's message becomes a message with the author's role, its
-text as content (the ``parts`` of its content, one text part being a string;
-or its content's ``text``, as code has) and its time. ``title``,
-``create_time`` and ``update_time`` are the chat's.
+``parent``, ``children``) and ``current_node`` the node the user last saw.
+Import keeps the whole tree as the chat's tree: every node that holds a
+message becomes a message, with the node id as its uid (when it is a valid
+one) and, as its parent, the nearest node above it that holds a message;
+siblings keep the order of their parent's ``children``. The message at or
+above ``current_node`` is the active leaf, so ``get`` shows the branch the
+user saw and ``get_tree`` every regeneration and edit. Each message has the
+author's role, its text as content (the ``parts`` of its content, one text
+part being a string; or its content's ``text``, as code has) and its time.
+``title``, ``create_time`` and ``update_time`` are the chat's.
 
 Nothing else is dropped, so that export gives back the same conversation:
 
@@ -14,25 +18,26 @@ Nothing else is dropped, so that export gives back the same conversation:
   author name and metadata (for SQL), and ``original``: its node as it was,
   the text and metadata the message holds left empty in their places;
 - the chat keeps, under ``chatgpt``, ``conversation_id``, ``current_node``, the
-  root node id, ``other_nodes`` (the parent of each node off the active path:
-  regenerations and edits), ``nodes`` (the nodes that are not messages of the
-  chat, whole: the other branches and the message-less root) and
-  ``conversation`` (the conversation's keys, in their order, with ``mapping``
-  the list of its node ids: the nodes are kept as said above).
+  root node id, ``nodes`` (the nodes that hold no message, whole: the root)
+  and ``conversation`` (the conversation's keys, in their order, with
+  ``mapping`` the list of its node ids: the nodes are kept as said above).
 
 Export rebuilds the tree from these. What the archive changed since import
-(a message's role, content or time, the title, the chat's times) is written as
-the archive has it; messages with no original node (appended in the archive,
-or imported by an earlier version, which kept none) continue the active path.
+(a message's role, content or time, the title, the chat's times, the active
+leaf) is written as the archive has it; a message with no original node
+(added in the archive) becomes a node under its parent's. Chats imported
+as their active path alone (``other_nodes``, and the other branches whole
+under ``nodes``) export as they did.
 """
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any
 
 from chatarchive._document import ChatDocument, ContentPart, Message
-from chatarchive._exceptions import InvalidDocument
+from chatarchive._exceptions import LONGEST_ID, InvalidDocument
 
 from ._seconds import time_of
 
@@ -64,31 +69,32 @@ def to_document(data: Any) -> ChatDocument:
     if not looks_like(data):
         raise InvalidDocument("a ChatGPT conversation has a 'mapping' and a 'current_node'")
     mapping: dict[str, Any] = data["mapping"]
-    path: list[str] = []
-    on_path: set[str] = set()
-    node_id = data.get("current_node")
-    while node_id is not None:
-        if type(node_id) is not str or node_id in on_path or not isinstance(mapping.get(node_id), dict):
-            raise InvalidDocument(f"the tree is broken at node {node_id!r}", field="mapping")
-        path.append(node_id)
-        on_path.add(node_id)
-        node_id = mapping[node_id].get("parent")
-    path.reverse()
-    messages = [message for node_id in path if (message := _message(node_id, mapping[node_id])) is not None]
+    current = data.get("current_node")
+    if current is not None and (type(current) is not str or current not in mapping):
+        raise InvalidDocument(f"the tree is broken at node {current!r}", field="current_node")
+    messages: list[dict[str, Any]] = []
+    above: dict[str, str | None] = {}  # node id: the uid of the nearest message at or above it
+    order = _preorder(mapping)
+    for node_id in order:
+        node = mapping[node_id]
+        parent = node.get("parent")
+        nearest = above.get(parent) if type(parent) is str else None
+        message = _message(node_id, node)
+        if message is not None:
+            message["parent"] = nearest
+            nearest = message["uid"] = _uid(node_id)
+            messages.append(message)
+        above[node_id] = nearest
     carried = {message[KEY]["node"] for message in messages}
     conversation_id = data.get("conversation_id") or data.get("id")
     document: dict[str, Any] = {
         "title": data.get("title"),
         "messages": messages,
+        "active_leaf": None if current is None else above[current],
         KEY: {
             "conversation_id": conversation_id,
-            "current_node": data.get("current_node"),
-            "root": path[0] if path else None,
-            "other_nodes": {
-                node_id: node.get("parent") if isinstance(node, dict) else None
-                for node_id, node in mapping.items()
-                if node_id not in on_path
-            },
+            "current_node": current,
+            "root": order[0] if order else None,
             "nodes": {node_id: node for node_id, node in mapping.items() if node_id not in carried},
             # The nodes are in the messages and in 'nodes': 'mapping' keeps their order, and its place.
             "conversation": {
@@ -103,6 +109,54 @@ def to_document(data: Any) -> ChatDocument:
         if moment is not None:
             document[field] = moment
     return ChatDocument.parse(document)
+
+
+#: The namespace of the uids made for nodes whose id cannot be one (empty, or too long).
+NODE_NAMESPACE = uuid.UUID("0b6c8f7e-4c0a-4f43-9d55-5a1f0c3f2e61")
+
+
+def _uid(node_id: str) -> str:
+    """A message's uid: its node id, or a name-based UUID made from it."""
+    return node_id if 0 < len(node_id) <= LONGEST_ID else str(uuid.uuid5(NODE_NAMESPACE, node_id))
+
+
+def _preorder(mapping: dict[str, Any]) -> list[str]:
+    """The node ids, each parent before its children and siblings in the
+    order of their parent's ``children``: from each root (a node with no
+    parent in ``mapping``) down, depth first.
+
+    Raises:
+        InvalidDocument: a node that is not an object, a parent that is not a
+            node id, or a cycle.
+    """
+    children: dict[str, list[str]] = {node_id: [] for node_id in mapping}
+    roots = []
+    for node_id, node in mapping.items():
+        if not isinstance(node, dict):
+            raise InvalidDocument(f"the tree is broken at node {node_id!r}", field="mapping")
+        parent = node.get("parent")
+        if parent is not None and type(parent) is not str:
+            raise InvalidDocument(f"the tree is broken at node {node_id!r}", field="mapping")
+        if parent is None or parent not in mapping:
+            roots.append(node_id)
+        else:
+            children[parent].append(node_id)
+    for node_id, found in children.items():
+        listed = mapping[node_id].get("children")
+        if isinstance(listed, list) and len(found) > 1:
+            rank = {child: index for index, child in enumerate(listed) if type(child) is str}
+            found.sort(key=lambda child: rank.get(child, len(listed)))
+    order: list[str] = []
+    stack = roots[::-1]
+    while stack:
+        node_id = stack.pop()
+        order.append(node_id)
+        stack.extend(reversed(children[node_id]))
+    if len(order) < len(mapping):  # the rest hang from each other: a cycle
+        reached = set(order)
+        stray = next(node_id for node_id in mapping if node_id not in reached)
+        raise InvalidDocument(f"the tree is broken at node {stray!r}", field="mapping")
+    return order
 
 
 def _message(node_id: str, node: dict[str, Any]) -> dict[str, Any] | None:
@@ -187,31 +241,32 @@ def from_document(doc: ChatDocument) -> Any:
     own = _kept(doc)
     nodes = own.get("nodes")
     mapping: dict[str, Any] = dict(nodes) if isinstance(nodes, dict) else {}
-    previous: str | None = None
-    last_is_original = False
-    for message in doc.messages:
+    parents = doc.parent_indexes()
+    node_ids: list[str] = []
+    for message, parent_index in zip(doc.messages, parents, strict=True):
         kept = _kept(message)
         node_id = kept["node"] if isinstance(kept.get("node"), str) else message.uid
         original = _original(kept)
-        last_is_original = original is not None
         if original is not None:
             node = {**original, "message": _message_back(original["message"], message, kept)}
         else:
-            node = _new_node(node_id, message, kept, parent=previous)
-            if previous is not None:
-                parent = mapping[previous]
-                siblings = parent.get("children")
+            parent = None if parent_index is None else node_ids[parent_index]
+            node = _new_node(node_id, message, kept, parent=parent)
+            if parent is not None:
+                siblings = mapping[parent].get("children")
                 siblings = siblings if isinstance(siblings, list) else []
                 if node_id not in siblings:
-                    mapping[previous] = {**parent, "children": [*siblings, node_id]}
+                    mapping[parent] = {**mapping[parent], "children": [*siblings, node_id]}
         mapping[node_id] = node
-        previous = node_id
-    for node_id, node in mapping.items():  # children that were cut off (truncate) are gone
+        node_ids.append(node_id)
+    for node_id, node in mapping.items():  # children deleted in the archive are gone
         children = node.get("children") if isinstance(node, dict) else None
         if isinstance(children, list):
-            remaining = [child for child in children if type(child) is not str or child in mapping]
+            remaining = [child for child in children if type(child) is str and child in mapping]
             if len(remaining) < len(children):
                 mapping[node_id] = {**node, "children": remaining}
+    leaf = doc.active_index()
+    leaf_node = None if leaf is None else node_ids[leaf]
     conversation = own.get("conversation")
     if not isinstance(conversation, dict):  # imported before conversations were kept whole
         return {
@@ -219,7 +274,7 @@ def from_document(doc: ChatDocument) -> Any:
             "create_time": _seconds(doc.created_at),
             "update_time": _seconds(doc.updated_at),
             "mapping": mapping,
-            "current_node": previous,
+            "current_node": leaf_node,
             "conversation_id": own.get("conversation_id") or doc.chat_id,
         }
     result = {**conversation}
@@ -229,8 +284,8 @@ def from_document(doc: ChatDocument) -> Any:
         if _changed(conversation.get(key), moment):
             result[key] = _seconds(moment)
     current = conversation.get("current_node")
-    if previous is not None and not (last_is_original and type(current) is str and current in mapping):
-        result["current_node"] = previous
+    if _message_at_or_above(mapping, current, set(node_ids)) != leaf_node:  # the archive moved it
+        result["current_node"] = own.get("root") if leaf_node is None else leaf_node
     order = conversation.get("mapping")
     if isinstance(order, list):  # the nodes in their order; those the archive added after them
         placed = {
@@ -239,6 +294,16 @@ def from_document(doc: ChatDocument) -> Any:
         mapping = {**placed, **mapping}
     result["mapping"] = mapping
     return result
+
+
+def _message_at_or_above(mapping: dict[str, Any], node_id: Any, messages: set[str]) -> str | None:
+    """The nearest node at or above ``node_id`` that is one of the chat's ``messages``."""
+    for _ in range(len(mapping)):
+        if type(node_id) is not str or node_id not in mapping or node_id in messages:
+            break
+        node = mapping[node_id]
+        node_id = node.get("parent") if isinstance(node, dict) else None
+    return node_id if type(node_id) is str and node_id in messages else None
 
 
 def _message_back(original: dict[str, Any], message: Message, kept: dict[str, Any]) -> dict[str, Any]:

@@ -19,26 +19,46 @@ from datetime import datetime
 from typing import Any
 
 from chatarchive._arguments import is_real_number, optional_moment, optional_text, require_many, require_text
-from chatarchive._document import ChatDocument
+from chatarchive._document import ChatDocument, Message
 from chatarchive._exceptions import InvalidArgument
 
-__all__ = ["Filters", "Selection", "from_document", "select", "unanswered_tool_calls"]
+__all__ = [
+    "Filters",
+    "Selection",
+    "chosen",
+    "from_document",
+    "select",
+    "tools_of",
+    "training_messages",
+    "unanswered_tool_calls",
+]
 
 _KEYS = ("role", "content", "name", "tool_calls", "tool_call_id", "function_call", "weight")
 
 
 def from_document(doc: ChatDocument, exclude_roles: Iterable[str] = ()) -> dict[str, Any]:
-    excluded = set(_roles(exclude_roles))
-    messages = [
-        {key: value for key, value in message.items() if key in _KEYS}
-        for message in doc.to_openai()
-        if message["role"] not in excluded
-    ]
-    line: dict[str, Any] = {"messages": messages}
-    tools = (doc.workflow or {}).get("tools")
-    if isinstance(tools, list) and tools and all(isinstance(tool, dict) for tool in tools):
+    line: dict[str, Any] = {"messages": training_messages(doc.messages, exclude_roles)}
+    if tools := tools_of(doc):
         line["tools"] = tools
     return line
+
+
+def training_messages(messages: Iterable[Message], exclude_roles: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """The messages as fine-tuning takes them: the keys it knows, the roles not excluded."""
+    excluded = set(_roles(exclude_roles))
+    return [
+        {key: value for key, value in shaped.items() if key in _KEYS}
+        for message in messages
+        if (shaped := message.to_openai())["role"] not in excluded
+    ]
+
+
+def tools_of(doc: ChatDocument) -> list[dict[str, Any]] | None:
+    """The chat's ``workflow["tools"]``, when it is a list of tool definitions."""
+    tools = (doc.workflow or {}).get("tools")
+    if isinstance(tools, list) and tools and all(isinstance(tool, dict) for tool in tools):
+        return tools
+    return None
 
 
 def unanswered_tool_calls(doc: ChatDocument) -> list[str]:
@@ -83,7 +103,7 @@ def _roles(roles: Iterable[str]) -> tuple[str, ...]:
 
 @dataclass
 class Selection:
-    """The outcome of a fine-tuning export: lines written and chats skipped, by reason."""
+    """The outcome of a dataset export: lines written and chats skipped, by reason."""
 
     written: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
@@ -92,21 +112,31 @@ class Selection:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
 
 
+def chosen(doc: ChatDocument, filters: Filters, selection: Selection) -> bool:
+    """Whether the chat passes the filters on chats (model, time, the mean
+    score of the feedback on its active path); ``selection`` counts it as
+    skipped when not."""
+    if filters.model is not None and doc.model != filters.model:
+        selection.skip("other model")
+        return False
+    if filters.since is not None and (doc.created_at is None or doc.created_at < filters.since):
+        selection.skip("too old")
+        return False
+    if filters.min_score is not None:
+        scores = [item.score for item in doc.feedback if item.score is not None]
+        if not scores or sum(scores) / len(scores) < filters.min_score:
+            selection.skip("score below the minimum")
+            return False
+    return True
+
+
 def select(docs: Iterable[ChatDocument], filters: Filters, selection: Selection) -> Iterator[dict[str, Any]]:
     """The fine-tuning lines of the chats that pass ``filters``; ``selection``
     counts what is written and what is skipped."""
-    for doc in docs:
-        if filters.model is not None and doc.model != filters.model:
-            selection.skip("other model")
+    for whole in docs:
+        doc = whole.path_document()  # the path the user kept
+        if not chosen(doc, filters, selection):
             continue
-        if filters.since is not None and (doc.created_at is None or doc.created_at < filters.since):
-            selection.skip("too old")
-            continue
-        if filters.min_score is not None:
-            scores = [item.score for item in doc.feedback if item.score is not None]
-            if not scores or sum(scores) / len(scores) < filters.min_score:
-                selection.skip("score below the minimum")
-                continue
         if unanswered_tool_calls(doc):
             selection.skip("unanswered tool calls")
             continue

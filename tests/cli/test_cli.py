@@ -15,6 +15,7 @@ import time
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -157,7 +158,10 @@ def test_import_show_export_rm(run: Run, tmp_path: Path) -> None:
     assert "doc-1" in since  # and the bare message list's chat, both saved now
     assert "doc-2" not in since
     refused = run("export", "--min-score", "1", "--exclude-role", "system", expect=2).stderr
-    assert "--min-score, --exclude-role: only with --format openai-finetune" in refused
+    assert (
+        "--min-score, --exclude-role: only with a dataset --format (openai-finetune, openai-preference"
+        in refused
+    )
 
     out = tmp_path / "out.jsonl"
     assert run("export", "-o", str(out)).stderr == "wrote 3 chats\n"
@@ -168,6 +172,60 @@ def test_import_show_export_rm(run: Run, tmp_path: Path) -> None:
     assert "imported 3 chats" in run("import", str(out)).stderr
     assert json.loads(run("show", "doc-1", "--json").stdout) == shown | {"messages": shown["messages"]}
     assert len(run("export").stdout.splitlines()) == 3
+
+
+TREE = {
+    "chat_id": "tree",
+    "messages": [
+        {"role": "user", "content": "Why two bands?", "uid": "q"},
+        {"role": "assistant", "content": "Primer dimers.", "uid": "a1"},
+        {"role": "assistant", "content": "Contamination.", "uid": "a2", "parent": "q"},
+    ],
+    "feedback": [{"id": "down", "message_uid": "a1", "score": -1}],
+}
+
+
+def _tree_shape(doc: dict[str, Any]) -> list[Any]:
+    """What a tree document says of its tree (its messages and where they hang), and its feedback."""
+    messages = [(m["uid"], m.get("parent"), m["content"]) for m in doc["messages"]]
+    return [messages, doc.get("active_leaf"), [(f["id"], f["message_uid"]) for f in doc["feedback"]]]
+
+
+def test_a_tree_shows_its_paths_and_exports_whole_and_as_preference_pairs(run: Run) -> None:
+    run("db", "upgrade")
+    run("import", "-", stdin=json.dumps(TREE))
+    assert "Contamination." in run("show", "tree").stdout
+    assert "Primer dimers." not in run("show", "tree").stdout
+    assert "Primer dimers." in run("show", "tree", "--leaf", "a1").stdout
+    assert _tree_shape(json.loads(run("show", "tree", "--json", "--tree").stdout)) == _tree_shape(TREE)
+    assert "--tree: only with --json" in run("show", "tree", "--tree", expect=2).stderr
+    assert "no message with uid 'nope'" in run("show", "tree", "--leaf", "nope", expect=1).stderr
+    listed = run("ls").stdout
+    assert re.search(r"tree\s.*\b2\b", listed)  # two messages on the active path
+    # The canonical export holds every branch: importing it gives back the tree.
+    (whole,) = run("export").stdout.splitlines()
+    assert _tree_shape(json.loads(whole)) == _tree_shape(TREE)
+    assert json.loads(run("export", "--format", "openai").stdout) == [
+        {"role": "user", "content": "Why two bands?"},
+        {"role": "assistant", "content": "Contamination."},
+    ]
+    preference = run("export", "--format", "openai-preference")
+    assert [json.loads(line) for line in preference.stdout.splitlines()] == [
+        {
+            "input": {"messages": [{"role": "user", "content": "Why two bands?"}]},
+            "preferred_output": [{"role": "assistant", "content": "Contamination."}],
+            "non_preferred_output": [{"role": "assistant", "content": "Primer dimers."}],
+        }
+    ]
+    assert preference.stderr == "wrote 1 preference pair\n"
+    (line,) = run("export", "--format", "dpo", "--exclude-role", "user").stdout.splitlines()
+    assert json.loads(line) == {
+        "prompt": [],
+        "chosen": [{"role": "assistant", "content": "Contamination."}],
+        "rejected": [{"role": "assistant", "content": "Primer dimers."}],
+    }
+    skipped = run("export", "--format", "dpo", "--min-score", "1")
+    assert skipped.stderr == "wrote 0 preference pairs; skipped 1 (score below the minimum)\n"
 
 
 def test_reimporting_records_without_chat_ids_replaces_their_chats(run: Run, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from openai.types.chat import ChatCompletion
 from sqlalchemy.orm import Session
 
-from chatarchive import ChatArchive, ChatRepository, InvalidDocument
+from chatarchive import ChatArchive, ChatRepository, ChatTree, InvalidDocument
 from chatarchive.formats import chatgpt, malevich, masterbrain, sharegpt
 from chatarchive.formats.openai_completions import assemble_chunks, message_from_completion
 from tests.support.samples import (
@@ -105,7 +105,18 @@ def test_chatgpt_round_trips_the_whole_tree(repo: ChatRepository) -> None:
     doc = chatgpt.to_document(CHATGPT)
     assert doc.chat_id == "conv-1"
     assert doc.title == "Gel question"
-    assert [(m.role, m.content) for m in doc.messages] == [
+    # Every node that holds a message is a message, with its parent; the root holds none.
+    tree = ChatTree(doc)
+    assert [(m.uid, m.role, tree.parent(m.uid)) for m in doc.messages] == [
+        ("sys", "system", None),
+        ("u1", "user", "sys"),
+        ("a1", "assistant", "u1"),
+        ("a2", "assistant", "u1"),
+        ("c2", "assistant", "a2"),
+        ("u3", "user", "c2"),
+    ]
+    assert tree.active_leaf == "u3"
+    assert [(m.role, m.content) for m in tree.path()] == [
         ("system", ""),
         ("user", "Why two bands?"),
         ("assistant", "Second answer."),
@@ -117,36 +128,48 @@ def test_chatgpt_round_trips_the_whole_tree(repo: ChatRepository) -> None:
     assert [(part.type, part.text) for part in last] == [("chatgpt_part", None), ("text", "This gel?")]
     assert doc.created_at == datetime.fromtimestamp(1767225600.5, UTC)
     kept = (doc.model_extra or {})["chatgpt"]
-    assert kept["other_nodes"] == {"a1": "u1"}
-    assert set(kept["nodes"]) == {"root", "a1"}
+    assert set(kept["nodes"]) == {"root"}
     assert kept["root"] == "root"
-    assert (doc.messages[2].model_extra or {})["chatgpt"]["metadata"]["model_slug"] == "gpt-4o"
+    assert (doc.messages[3].model_extra or {})["chatgpt"]["metadata"]["model_slug"] == "gpt-4o"
     assert chatgpt.from_document(doc) == CHATGPT
     repo.save(doc)
-    assert chatgpt.from_document(repo.get("conv-1")) == CHATGPT
+    assert [m.uid for m in repo.get("conv-1").messages] == ["sys", "u1", "a2", "c2", "u3"]
+    assert repo.list_chats().items[0].message_count == 5
+    assert chatgpt.from_document(repo.get_tree("conv-1").document) == CHATGPT
+    (exported,) = repo.export()
+    assert chatgpt.from_document(exported) == CHATGPT
     # ChatGPT writes 'mapping' before 'current_node' and 'conversation_id'; export put it last.
     mapping_first = {"mapping": CHATGPT["mapping"], **CHATGPT}
     repo.save(chatgpt.to_document(mapping_first))
-    assert json.dumps(chatgpt.from_document(repo.get("conv-1"))) == json.dumps(mapping_first)
-    assert [hit.message_uid for hit in repo.search("regenerated")] == []  # other branches are not messages
+    assert json.dumps(chatgpt.from_document(repo.get_tree("conv-1").document)) == json.dumps(mapping_first)
+    # The regenerated answer is a message: searched, and one call away.
+    assert [hit.message_uid for hit in repo.search("regenerated")] == ["a1"]
+    assert [m.content for m in repo.get("conv-1", leaf="a1").messages][-1] == "First answer (regenerated)."
 
 
 def test_chatgpt_export_follows_what_the_archive_changed(repo: ChatRepository) -> None:
     repo.save(chatgpt.to_document(CHATGPT))
-    repo.truncate("conv-1", 3)  # drop the code and the image turn: answer again
+    repo.truncate("conv-1", 3)  # answer the question again: the code and the image turn stay, off the path
     repo.append("conv-1", [{"role": "assistant", "content": "Third answer.", "uid": "a3"}])
-    exported = chatgpt.from_document(repo.get("conv-1"))
+    exported = chatgpt.from_document(repo.get_tree("conv-1").document)
     mapping = exported["mapping"]
     assert exported["current_node"] == "a3"
-    assert not {"c2", "u3"} & mapping.keys()
-    assert mapping["a2"]["children"] == ["a3"]
+    assert mapping["a2"]["children"] == ["c2", "a3"]
     assert mapping["a3"]["parent"] == "a2"
     assert mapping["a1"] == CHATGPT["mapping"]["a1"]
+    assert mapping["u3"] == CHATGPT["mapping"]["u3"]
     updated_at = repo.get("conv-1").updated_at
     assert updated_at is not None
     assert exported["update_time"] == updated_at.timestamp()
-    again = chatgpt.to_document(exported)
-    assert [m.content for m in again.messages] == ["", "Why two bands?", "Second answer.", "Third answer."]
+    again = ChatTree(chatgpt.to_document(exported))
+    assert [m.content for m in again.path()] == ["", "Why two bands?", "Second answer.", "Third answer."]
+    # Cut with delete=True, the code and the image turn are gone from the export too.
+    repo.set_active_leaf("conv-1", "u3")
+    repo.truncate("conv-1", 3, delete=True)
+    exported = chatgpt.from_document(repo.get_tree("conv-1").document)
+    assert exported["current_node"] == "a2"
+    assert exported["mapping"]["a2"]["children"] == ["a3"]
+    assert not {"c2", "u3"} & exported["mapping"].keys()
 
 
 @settings(
@@ -164,13 +187,17 @@ def test_chatgpt_conversations_round_trip(
     while node_id is not None:
         path.insert(0, conversation["mapping"][node_id])
         node_id = path[0]["parent"]
-    assert [(m.model_extra or {})["chatgpt"]["node"] for m in doc.messages] == [
+    # Every node with a message is a message; the active path is the current node's.
+    assert {(m.model_extra or {})["chatgpt"]["node"] for m in doc.messages} == {
+        node_id for node_id, node in conversation["mapping"].items() if isinstance(node["message"], dict)
+    }
+    assert [(m.model_extra or {})["chatgpt"]["node"] for m in doc.path()] == [
         node["id"] for node in path if isinstance(node["message"], dict)
     ]
     savepoint = session.begin_nested()
     try:
         make_repo().save(doc)
-        exported = chatgpt.from_document(make_repo().get(doc.chat_id))
+        exported = chatgpt.from_document(make_repo().get_tree(doc.chat_id).document)
         assert exported == conversation
         assert json.dumps(exported) == json.dumps(conversation)  # every key in its place
     finally:

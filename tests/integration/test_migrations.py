@@ -39,7 +39,7 @@ from chatarchive.cli import main
 from tests.support.databases import libpq
 
 ROOT = Path(__file__).resolve().parents[2]
-VIEWS = {"message_texts", "tool_call_results", "chat_stats", "daily_usage", "feedback_summary"}
+VIEWS = {"message_texts", "tool_call_results", "chat_stats", "daily_usage", "feedback_summary", "active_path"}
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
@@ -461,7 +461,7 @@ def test_every_column_of_the_archive_explains_itself(pg_archive: tuple[ChatArchi
         ).scalar_one()
     assert undescribed == []
     assert tables == []
-    assert views == 5
+    assert views == len(VIEWS)
 
 
 def test_0009_lets_text_of_megabytes_of_distinct_words_in_and_keeps_it_on_the_way_down(
@@ -563,3 +563,90 @@ def test_an_unusable_lock_timeout_is_refused(archive: ChatArchive, seconds: obje
         result = CliRunner().invoke(main, ["--db", url, "db", "upgrade", "--lock-timeout", str(seconds)])
         assert result.exit_code in (1, 2), result.output  # NaN passes click's range, not chatarchive's
         assert "lock" in result.output.replace("-", "_")
+
+
+def test_0011_makes_chats_single_paths_and_its_downgrade_keeps_or_drops_branches_as_told(
+    empty_database: URL,
+) -> None:
+    """Revision 0011 turns every stored chat into one path; going back below it
+    refuses to lose the branches, naming them, unless told to drop them, and
+    then drops only the messages off the active path and says which."""
+    from sqlalchemy import text
+
+    archive = ChatArchive(empty_database)
+    url = empty_database.render_as_string(hide_password=False)
+    try:
+        archive.upgrade()
+        archive.save({"chat_id": "linear", "messages": [{"role": "user", "content": "PCR?"}]})
+        archive.append("linear", [{"role": "assistant", "content": "Primers."}])
+        assert archive.downgrade("0010") == []  # linear chats: nothing to drop, nothing asked
+        with archive.engine.connect() as connection:
+            columns = {column["name"] for column in inspect(connection).get_columns("messages")}
+            assert not {"parent_position", "sibling_index", "on_path"} & columns
+        upgrade(archive.engine)
+        assert archive.get("linear").messages[1].content == "Primers."
+        with archive.engine.connect() as connection:
+            rows = connection.execute(
+                text(
+                    "SELECT position, parent_position, sibling_index, on_path FROM messages ORDER BY position"
+                )
+            ).all()
+            chat = connection.execute(
+                text("SELECT active_leaf, path_length FROM chats WHERE chat_id = 'linear'")
+            ).one()
+        assert [tuple(row) for row in rows] == [(0, None, 0, True), (1, 0, 0, True)]
+        assert tuple(chat) == (1, 2)
+
+        # Branches: a regenerated answer with feedback, and a rejected follow-up below the old answer.
+        archive.save(
+            {
+                "chat_id": "tree",
+                "messages": [
+                    {"role": "system", "content": "be brief", "uid": "s"},
+                    {"role": "user", "content": "Why two bands?", "uid": "q"},
+                    {"role": "assistant", "content": "Primer dimers.", "uid": "a1"},
+                    {"role": "user", "content": "Sure?", "uid": "q2"},
+                    {"role": "assistant", "content": "Contamination.", "uid": "a2", "parent": "q"},
+                    {"role": "user", "content": "Thanks", "uid": "t"},
+                ],
+                "feedback": [{"id": "down", "message_uid": "a1", "score": -1}, {"id": "chat", "score": 1}],
+            }
+        )
+        path = archive.get("tree")
+        with pytest.raises(
+            InvalidArgument, match=r"would lose 2 messages off the active path in 1 chats: 'tree' \(2\)"
+        ) as caught:
+            archive.downgrade("0010")
+        assert caught.value.argument == "drop_branches"
+        assert archive.current_revision() == SCHEMA_REVISION
+        assert archive.get_tree("tree").messages[2].uid == "a1"
+        refused = CliRunner().invoke(main, ["--db", url, "db", "downgrade", "0010"])
+        assert refused.exit_code == 1
+        assert "--drop-branches" in refused.output
+        printed = CliRunner().invoke(main, ["--db", url, "db", "downgrade", "0010", "--sql"])
+        assert "off the active path" in printed.output  # the refusal, in the script too
+
+        dropped = CliRunner().invoke(main, ["--db", url, "db", "downgrade", "0010", "--drop-branches"])
+        assert dropped.exit_code == 0, dropped.output
+        assert dropped.stdout == "tree\ta1\ntree\tq2\n"
+        assert "dropped 2 messages off the active path" in dropped.stderr
+        assert archive.current_revision() == "0010"
+        with archive.engine.connect() as connection:
+            kept = connection.execute(
+                text("SELECT position, uid FROM messages WHERE chat_id = 'tree' ORDER BY position")
+            ).all()
+            count = connection.execute(text("SELECT message_count FROM chats WHERE chat_id = 'tree'")).one()
+        assert [tuple(row) for row in kept] == [(0, "s"), (1, "q"), (2, "a2"), (3, "t")]
+        assert tuple(count) == (4,)
+
+        upgrade(archive.engine)
+        assert archive.get("tree") == path.model_copy(update={"version": path.version})
+        assert archive.get_tree("tree").document.is_linear
+        assert [hit.message_uid for hit in archive.search("Contamination")] == ["a2"]
+        assert archive.search("dimers") == []
+        assert archive.check() == []
+        # Nothing off the path: the downgrade needs no permission, and drops nothing.
+        assert archive.downgrade("0010") == []
+        upgrade(archive.engine)
+    finally:
+        archive.close()

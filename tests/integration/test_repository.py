@@ -490,7 +490,7 @@ def test_append_looks_up_only_the_uids_it_was_given(repo: ChatRepository, sessio
     assert [m.uid for m in repo.get("c1").messages][-1] == "u-1"
 
 
-def test_truncate_removes_the_last_messages_with_everything_on_them(
+def test_truncate_with_delete_removes_the_last_messages_with_everything_on_them(
     repo: ChatRepository, session: Session
 ) -> None:
     original = tool_chat("t", feedback=[{"id": "on-chat", "score": 1}])
@@ -503,7 +503,7 @@ def test_truncate_removes_the_last_messages_with_everything_on_them(
     before = snapshot(session)
 
     # Regenerate from the tool call on: keep the system prompt and the user's question.
-    version = repo.truncate("t", 2, expected_version=4)
+    version = repo.truncate("t", 2, expected_version=4, delete=True)
     back = repo.get("t")
     assert version == back.version == 5
     assert [m.model_dump() for m in back.messages] == [m.model_dump() for m in stored.messages[:2]]
@@ -521,11 +521,11 @@ def test_truncate_removes_the_last_messages_with_everything_on_them(
     assert repo.get("t").messages[2].uid == again.uid
     assert repo.list_chats().items[0].message_count == 3
 
-    assert repo.truncate("t", 3) == 6  # nothing to remove: nothing changes
-    assert repo.truncate("t", 99) == 6
+    assert repo.truncate("t", 3, delete=True) == 6  # nothing to remove: nothing changes
+    assert repo.truncate("t", 99, delete=True) == 6
     assert repo.get("t").version == 6
     assert [hit.position for hit in repo.search("hi")] == [1]  # a text part, kept until now
-    assert repo.truncate("t", 0) == 7
+    assert repo.truncate("t", 0, delete=True) == 7
     assert repo.get("t").messages == []
     assert repo.search("hi") == []
     for bad in (-1, "1", True, 1.0):

@@ -79,6 +79,97 @@ def test_concurrent_appends_lose_nothing(own_archive: tuple[ChatArchive, str]) -
     assert chat.version == 1 + workers * count
 
 
+def _regenerate(url: str, worker: int, barrier: Any, count: int) -> None:
+    archive = ChatArchive(url)
+    barrier.wait()
+    for number in range(count):
+        archive.regenerate("tree", "a0", [{"role": "assistant", "content": f"w{worker}-{number}"}])
+    archive.close()
+
+
+def test_regenerations_of_one_message_at_once_all_land_as_siblings(
+    own_archive: tuple[ChatArchive, str],
+) -> None:
+    archive, url = own_archive
+    archive.save(
+        {
+            "chat_id": "tree",
+            "messages": [{"role": "user", "content": "q", "uid": "q"}, {"role": "assistant", "uid": "a0"}],
+        }
+    )
+    workers, count = 4, 10
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(workers)
+    processes = [
+        context.Process(target=_regenerate, args=(url, worker, barrier, count)) for worker in range(workers)
+    ]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(120)
+        assert process.exitcode == 0
+    tree = archive.get_tree("tree")
+    answers = tree.children("q")
+    assert len(answers) == 1 + workers * count  # every regeneration, a sibling of the first answer
+    contents = [str(message.content) for message in answers[1:]]
+    assert sorted(contents) == sorted(f"w{w}-{n}" for w in range(workers) for n in range(count))
+    with archive.engine.connect() as connection:
+        rows = connection.execute(
+            text(
+                "SELECT sibling_index, on_path FROM messages WHERE chat_id = 'tree' AND position > 0 ORDER BY position"
+            )
+        ).all()
+    assert [row.sibling_index for row in rows] == list(range(len(answers)))  # numbered in order, no two alike
+    assert [row.on_path for row in rows].count(True) == 1
+    assert tree.active_leaf == answers[-1].uid  # the last one written is shown
+    assert archive.get("tree").messages[-1].uid == answers[-1].uid
+    assert archive.get("tree").version == 1 + workers * count
+
+
+def _move_leaf(url: str, leaf: str, version: int, barrier: Any, results: Any) -> None:
+    archive = ChatArchive(url)
+    barrier.wait()
+    try:
+        results.put(("moved", leaf, archive.set_active_leaf("tree", leaf, expected_version=version)))
+    except ConflictError:
+        results.put(("conflict", leaf, None))
+    archive.close()
+
+
+def test_moves_of_the_active_leaf_at_once_are_serialized_by_version(
+    own_archive: tuple[ChatArchive, str],
+) -> None:
+    archive, url = own_archive
+    archive.save(
+        {
+            "chat_id": "tree",
+            "messages": [{"role": "user", "content": "q", "uid": "q"}]
+            + [{"role": "assistant", "content": f"a{n}", "uid": f"a{n}", "parent": "q"} for n in range(6)],
+            "active_leaf": "q",
+        }
+    )
+    version = archive.get("tree").version
+    assert version is not None
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(6), context.Queue()
+    processes = [
+        context.Process(target=_move_leaf, args=(url, f"a{n}", version, barrier, results)) for n in range(6)
+    ]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(120)
+        assert process.exitcode == 0
+    outcomes = [results.get(timeout=5) for _ in processes]
+    moved = [outcome for outcome in outcomes if outcome[0] == "moved"]
+    assert len(moved) == 1  # one move won; the others saw a stale version
+    (_, winner, new_version) = moved[0]
+    assert new_version == version + 1
+    tree = archive.get_tree("tree")
+    assert tree.active_leaf == winner
+    assert [m.uid for m in tree.messages] == ["q"] + [f"a{n}" for n in range(6)]  # no branch lost
+
+
 def test_concurrent_saves_have_one_winner(own_archive: tuple[ChatArchive, str]) -> None:
     archive, url = own_archive
     archive.save({"chat_id": "race"})

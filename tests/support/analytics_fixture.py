@@ -142,3 +142,42 @@ DELTA: dict[str, Any] = {
 }
 
 CHATS: list[dict[str, Any]] = [ALPHA, BETA, GAMMA, DELTA]
+
+
+#: A chat with branches (kept out of CHATS, whose answers count linear chats):
+#: a question answered three times, the second answer kept and followed up.
+EPSILON: dict[str, Any] = {
+    "chat_id": "epsilon",
+    "user_id": "u3",
+    "model": "m2",
+    "created_at": _at("12", "08:00"),
+    "messages": [
+        {"role": "user", "content": "Which polymerase?", "uid": "e-q", "created_at": _at("12", "08:00")},
+        {"role": "assistant", "content": "Taq.", "uid": "e-a1", "created_at": _at("12", "08:01")},
+        {
+            "role": "assistant",
+            "content": "Q5, for fidelity.",
+            "uid": "e-a2",
+            "parent": "e-q",
+            "created_at": _at("12", "08:02"),
+        },
+        {
+            "role": "assistant",
+            "content": "Phusion.",
+            "uid": "e-a3",
+            "parent": "e-q",
+            "created_at": _at("12", "08:03"),
+        },
+        {
+            "role": "user",
+            "content": "Why?",
+            "uid": "e-q2",
+            "parent": "e-a2",
+            "created_at": _at("12", "08:04"),
+        },
+        {"role": "assistant", "content": "It proofreads.", "uid": "e-b1", "created_at": _at("12", "08:05")},
+    ],
+    "feedback": [
+        {"message_uid": "e-a1", "score": -1, "label": "too short", "created_at": _at("12", "08:06")}
+    ],
+}

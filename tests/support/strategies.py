@@ -213,6 +213,24 @@ def canonical_documents(draw: st.DrawFn) -> dict[str, Any]:
     return {**draw(extras(known)), **document}
 
 
+@st.composite
+def tree_documents(draw: st.DrawFn) -> dict[str, Any]:
+    """Canonical documents whose messages form a tree: each one follows the
+    message before it, or names another earlier message (or none: a root) as
+    its ``parent``; ``active_leaf`` is any message when given."""
+    document = draw(canonical_documents())
+    messages = document["messages"]
+    for index, message in enumerate(messages[1:], start=1):
+        choice = draw(st.integers(0, 3))
+        if choice == 1:
+            message["parent"] = None
+        elif choice >= 2:
+            message["parent"] = messages[draw(st.integers(0, index - 2))]["uid"] if index > 1 else None
+    if messages and draw(st.booleans()):
+        document["active_leaf"] = draw(st.sampled_from([None, *[m["uid"] for m in messages[:-1]]]))
+    return document
+
+
 def _maybe(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     """A value for an optional key: ``_ABSENT`` leaves the key out."""
     return st.one_of(st.just(_ABSENT), strategy)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from chatarchive import ChatDocument, InvalidArgument, InvalidDocument, formats
+from chatarchive import ChatDocument, ChatTree, InvalidArgument, InvalidDocument, formats
 from chatarchive.formats import chatgpt, finetune, masterbrain
 from chatarchive.formats.openai_completions import message_from_completion
 from tests.support.samples import (
@@ -75,8 +75,8 @@ def test_masterbrain_feedback_must_align() -> None:
 
 
 def test_chatgpt_chats_imported_without_their_tree_export_one_branch() -> None:
-    doc = chatgpt.to_document(CHATGPT)
-    # What versions before 0.x kept: no original nodes, no other branches whole.
+    doc = ChatTree(chatgpt.to_document(CHATGPT)).path_document()
+    # What the first versions kept: the active path, no original nodes, no other branches whole.
     own = {
         key: value
         for key, value in (doc.model_extra or {})["chatgpt"].items()
