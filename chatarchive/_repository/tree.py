@@ -12,10 +12,10 @@ locked.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
+from sqlalchemy import CursorResult, func, not_, select
 from sqlalchemy import delete as delete_rows
-from sqlalchemy import func, not_, select
 from sqlalchemy import update as update_rows
 
 from chatarchive._exceptions import InvalidArgument, quoted
@@ -23,7 +23,15 @@ from chatarchive._schema import metadata
 
 from .unit import Unit
 
-__all__ = ["message_at", "move_path", "next_sibling_index", "path_positions", "remove", "subtree"]
+__all__ = [
+    "cut_path_below",
+    "message_at",
+    "move_path",
+    "next_sibling_index",
+    "path_positions",
+    "remove",
+    "subtree",
+]
 
 messages = metadata.tables["messages"]
 content_parts = metadata.tables["content_parts"]
@@ -57,7 +65,9 @@ def next_sibling_index(unit: Unit, /, chat_id: str, parent: int | None, message_
     if (parent is None and message_count == 0) or (parent is not None and parent == message_count - 1):
         return 0
     same_parent = (
-        messages.c.parent_position.is_(None) if parent is None else messages.c.parent_position == parent
+        messages.c.parent_position.is_(None)
+        if parent is None
+        else (messages.c.parent_position == parent) & (messages.c.position > parent)  # children come later
     )
     return int(
         unit.execute(select(func.count()).where(messages.c.chat_id == chat_id, same_parent)).scalar_one()
@@ -80,6 +90,16 @@ def path_positions(unit: Unit, /, chat_id: str, leaf: int | None) -> list[int]:
         )
     )
     return sorted(unit.execute(select(up.c.position)).scalars())
+
+
+def cut_path_below(unit: Unit, /, chat_id: str, position: int | None) -> int:
+    """End the active path at ``position``, a message on it (``None``: empty
+    it): the messages of the path below it leave it, which are the path's
+    messages after it. Returns how many left."""
+    below = messages.c.position > (-1 if position is None else position)
+    statement = update_rows(messages).where(messages.c.chat_id == chat_id, messages.c.on_path, below)
+    result = cast(CursorResult[Any], unit.execute(statement.values(on_path=False)))
+    return int(result.rowcount)
 
 
 def move_path(unit: Unit, /, chat_id: str, leaf: int | None) -> int:

@@ -39,7 +39,7 @@ from chatarchive._rows import (
 from chatarchive._schema import in_pieces, metadata
 
 from .plans import FaceFacts, Kind, Plan, Step
-from .tree import message_at, move_path, next_sibling_index, path_positions, remove, subtree
+from .tree import cut_path_below, message_at, move_path, next_sibling_index, path_positions, remove, subtree
 from .unit import NOBODY, Unit, now, scoped_user
 
 __all__ = [
@@ -282,14 +282,20 @@ def _add(
                 message_index=index,
                 field="uid",
             )
-        attach_to = before["active_leaf"]
+        attach_to, on_path = before["active_leaf"], True
         if parent is not None:
-            attach_to = message_at(unit, chat_id, parent, argument="parent")["position"]
+            row = message_at(unit, chat_id, parent, argument="parent")
+            attach_to, on_path = row["position"], row["on_path"]
         elif sibling_of is not None:
-            attach_to = message_at(unit, chat_id, sibling_of, argument="message_uid")["parent_position"]
+            row = message_at(unit, chat_id, sibling_of, argument="message_uid")
+            attach_to, on_path = row["parent_position"], row["on_path"]  # a message's parent is on its path
         sibling_index = next_sibling_index(unit, chat_id, attach_to, count)
         if attach_to != before["active_leaf"]:  # a new branch: the path moves to it
-            path_length = move_path(unit, chat_id, attach_to) + len(parsed)
+            path_length: Any
+            if on_path:  # the path is cut below the branch's parent (the usual case: no walk up the tree)
+                path_length = chats.c.path_length - cut_path_below(unit, chat_id, attach_to)
+            else:
+                path_length = move_path(unit, chat_id, attach_to) + len(parsed)
             unit.execute(update_rows(chats).where(chats.c.chat_id == chat_id).values(path_length=path_length))
         rows = messages_to_rows(
             chat_id, parsed, first_position=count, now=moment, parent=attach_to, sibling_index=sibling_index

@@ -95,6 +95,15 @@ class BenchReport:
             "append at 1,000 / append at 10 messages": self.ratio(
                 "append_1000_median_ms", "append_10_median_ms"
             ),
+            "append at 1,000 / at 10 messages, 100 sibling branches": self.ratio(
+                "append_1000_branched_median_ms", "append_10_branched_median_ms"
+            ),
+            "regenerate at 1,000 / at 10 messages, 100 sibling branches": self.ratio(
+                "regenerate_1000_median_ms", "regenerate_10_median_ms"
+            ),
+            "get, 1,000 messages and 100 branches / the same path without branches": self.ratio(
+                "get_branched_1000_median_ms", "get_linear_1000_median_ms"
+            ),
             "storage / JSONB doc per chat": self.ratio("bytes_per_message", "bytes_per_message_jsonb_doc"),
             "storage, no search index / JSONB doc per chat": self.ratio(
                 "bytes_per_message_no_search_index", "bytes_per_message_jsonb_doc"
@@ -465,6 +474,18 @@ class _Bench:
             self.archive.save(doc)
             timings = self._timed(f"append at {size}", [chat_id] * samples, self._append_one)
             self.figures[f"append_{size}_median_ms"] = _median(timings)
+            self._trees(size, samples)
+        self.figures["get_linear_1000_median_ms"], self.figures["get_branched_1000_median_ms"] = map(
+            _median,
+            self._timed_in_turn(
+                "get with and without branches",
+                range(samples),
+                [
+                    lambda _: self.archive.get("bench-linear-1000"),
+                    lambda _: self.archive.get("bench-tree-1000"),
+                ],
+            ),
+        )
 
         query = text("SELECT name, count(*) FROM tool_calls GROUP BY name ORDER BY count(*) DESC")
 
@@ -475,6 +496,30 @@ class _Bench:
         self.figures["tool_calls_per_name_ms"] = _median(
             self._timed("tool calls per name", range(20), tool_calls_per_name)
         )
+
+    def _trees(self, size: int, samples: int, branches: int = 100) -> None:
+        """Appends and regenerations on a chat of ``size`` messages whose last
+        answer was regenerated ``branches`` times; and the same chat without
+        the branches, for reads."""
+        (doc,) = generate_chats(1, size, seed=size)
+        self.archive.save({**doc, "chat_id": f"bench-linear-{size}"})
+        chat_id = f"bench-tree-{size}"
+        self.archive.save({**doc, "chat_id": chat_id})
+        answered = self.archive.get(chat_id).messages[-1].uid
+        for number in range(branches):
+            self.archive.regenerate(
+                chat_id, answered, [{"role": "assistant", "content": f"Answer {number}."}]
+            )
+        self.archive.set_active_leaf(chat_id, answered)  # the path the linear chat has
+        timings = self._timed(f"append at {size}, {branches} branches", [chat_id] * samples, self._append_one)
+        self.figures[f"append_{size}_branched_median_ms"] = _median(timings)
+
+        def regenerate(_: object) -> None:
+            self.archive.regenerate(chat_id, answered, [{"role": "assistant", "content": "Another answer."}])
+
+        timings = self._timed(f"regenerate at {size}", range(samples), regenerate)
+        self.figures[f"regenerate_{size}_median_ms"] = _median(timings)
+        self.archive.set_active_leaf(chat_id, answered)
 
     def _append_one(self, chat_id: str) -> None:
         self.archive.append(chat_id, [{"role": "user", "content": "One more question about the assay."}])

@@ -549,9 +549,13 @@ def test_bench_reports_every_figure(run: Run, dialect: str) -> None:
         "ingest_save_many_asyncio",
         "get_median_ms",
         "append_1000_median_ms",
+        "append_1000_branched_median_ms",
+        "regenerate_1000_median_ms",
+        "get_branched_1000_median_ms",
     ):
         assert figures[name] > 0
     assert report["ratios"]["save_many, asyncio / sync"] > 0
+    assert report["ratios"]["append at 1,000 / at 10 messages, 100 sibling branches"] > 0
     if dialect == "postgresql":
         assert figures["ingest_raw_copy_own"] > 0
         assert figures["ingest_save_many_2_writers"] > 0
