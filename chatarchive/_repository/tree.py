@@ -75,21 +75,28 @@ def next_sibling_index(unit: Unit, /, chat_id: str, parent: int | None, message_
 
 
 def path_positions(unit: Unit, /, chat_id: str, leaf: int | None) -> list[int]:
-    """The positions from a root down to ``leaf``: one statement, one index
-    lookup per message of the path."""
-    if leaf is None:
-        return []
-    up = (
-        select(messages.c.position, messages.c.parent_position)
-        .where(messages.c.chat_id == chat_id, messages.c.position == leaf)
-        .cte("up", recursive=True)
-    )
-    up = up.union_all(
-        select(messages.c.position, messages.c.parent_position).where(
-            messages.c.chat_id == chat_id, messages.c.position == up.c.parent_position
+    """The positions from a root down to ``leaf``, in order."""
+    return _path(_links(unit, chat_id), leaf)
+
+
+def _links(unit: Unit, /, chat_id: str) -> dict[int, tuple[int | None, bool]]:
+    """Each message's parent and whether it is on the active path, by
+    position: one read of two small columns of the chat's rows, which is
+    cheaper than walking up a long path an index lookup at a time."""
+    rows = unit.execute(
+        select(messages.c.position, messages.c.parent_position, messages.c.on_path).where(
+            messages.c.chat_id == chat_id
         )
     )
-    return sorted(unit.execute(select(up.c.position)).scalars())
+    return {position: (parent, bool(on_path)) for position, parent, on_path in rows}
+
+
+def _path(links: Mapping[int, tuple[int | None, bool]], leaf: int | None) -> list[int]:
+    path = []
+    while leaf is not None:
+        path.append(leaf)
+        leaf = links[leaf][0]
+    return path[::-1]
 
 
 def cut_path_below(unit: Unit, /, chat_id: str, position: int | None) -> int:
@@ -106,13 +113,15 @@ def move_path(unit: Unit, /, chat_id: str, leaf: int | None) -> int:
     """Make the messages from a root down to ``leaf`` (``None``: none) the
     active path, changing only the rows that leave or join it; returns the
     path's length. The caller sets the chat's ``active_leaf`` and ``path_length``."""
-    path = path_positions(unit, chat_id, leaf)
-    joins_or_leaves = messages.c.on_path != messages.c.position.in_(path)
-    unit.execute(
-        update_rows(messages)
-        .where(messages.c.chat_id == chat_id, joins_or_leaves)
-        .values(on_path=not_(messages.c.on_path))
-    )
+    links = _links(unit, chat_id)
+    path = set(_path(links, leaf))
+    changed = sorted(position for position, (_, on_path) in links.items() if on_path != (position in path))
+    for piece in _pieces(changed):
+        unit.execute(
+            update_rows(messages)
+            .where(messages.c.chat_id == chat_id, messages.c.position.in_(piece))
+            .values(on_path=not_(messages.c.on_path))
+        )
     return len(path)
 
 

@@ -289,6 +289,14 @@ def _add(
         elif sibling_of is not None:
             row = message_at(unit, chat_id, sibling_of, argument="message_uid")
             attach_to, on_path = row["parent_position"], row["on_path"]  # a message's parent is on its path
+            if attach_to is None:  # a new root: the whole path goes
+                on_path = True
+            elif not on_path:  # a sibling of a message off the path: is its parent on it?
+                on_path = unit.execute(
+                    select(messages_table.c.on_path).where(
+                        messages_table.c.chat_id == chat_id, messages_table.c.position == attach_to
+                    )
+                ).scalar_one()
         sibling_index = next_sibling_index(unit, chat_id, attach_to, count)
         if attach_to != before["active_leaf"]:  # a new branch: the path moves to it
             path_length: Any
