@@ -30,7 +30,7 @@ from chatarchive._schema import metadata
 from .batches import PreparedBatch, check_save_many, split_by_chat
 from .plans import Docs, FaceFacts, InTransaction, Kind, NextBatch, Plan, Prepare, Step, Together
 from .unit import Unit
-from .writes import CREATE_ATTEMPTS, delete_children
+from .writes import CREATE_ATTEMPTS, delete_children, refuse_to_lose_branches
 
 __all__ = ["OnError", "save_many"]
 
@@ -239,12 +239,18 @@ def _write_documents(unit: Unit, /, documents: Mapping[str, tuple[int, ChatRows]
                 chat_rows.chat["user_id"] = unit.user_id
             elif chat_rows.chat["user_id"] != unit.user_id:
                 raise InvalidDocument(f"user_id must be {unit.user_id!r}", chat_id=chat_id, field="user_id")
-    locked = select(chats.c.chat_id, chats.c.version, chats.c.user_id).where(chats.c.chat_id.in_(documents))
+    locked = select(
+        chats.c.chat_id, chats.c.version, chats.c.user_id, chats.c.message_count, chats.c.path_length
+    ).where(chats.c.chat_id.in_(documents))
     stored: dict[str, int] = {}
-    for chat_id, version, owner in unit.execute(locked.with_for_update()):
-        if unit.user_id is not None and owner != unit.user_id:
+    for row in unit.execute(locked.with_for_update()).mappings():
+        chat_id = row["chat_id"]
+        if unit.user_id is not None and row["user_id"] != unit.user_id:
             raise ChatNotFound(chat_id)
-        stored[chat_id] = version
+        new = documents[chat_id][1].chat
+        if new["path_length"] == new["message_count"]:  # a linear document (all its messages on the path)
+            refuse_to_lose_branches(chat_id, row)
+        stored[chat_id] = row["version"]
     if stored:
         selected = chats.c.chat_id.in_(stored)
         delete_children(unit, selected)

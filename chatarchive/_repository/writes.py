@@ -56,6 +56,7 @@ __all__ = [
     "edit",
     "insert_messages",
     "lock",
+    "refuse_to_lose_branches",
     "regenerate",
     "require_chat",
     "save",
@@ -127,12 +128,8 @@ def save(unit: Unit, /, doc: ChatDocument | Mapping[str, Any], *, expected_versi
             stored = 0 if current is None else current["version"]
             if expected_version is not None and stored != expected_version:
                 raise ConflictError(f"chat {doc.chat_id!r} is at version {stored}, not {expected_version}")
-            if current is not None and doc.is_linear and current["path_length"] < current["message_count"]:
-                raise ConflictError(
-                    f"chat {doc.chat_id!r} has {current['message_count'] - current['path_length']} messages "
-                    "off its active path, which saving this linear document would delete; save the whole "
-                    "tree (get_tree(chat_id).document), or delete the chat first"
-                )
+            if current is not None and doc.is_linear:
+                refuse_to_lose_branches(doc.chat_id, current)
             rows = document_to_rows(doc, now=now(), version=stored + 1)
             if current is None:
                 if not unit.backend.create_chat(unit.executor, rows.chat):
@@ -147,6 +144,24 @@ def save(unit: Unit, /, doc: ChatDocument | Mapping[str, Any], *, expected_versi
     if unit.user_id is not None:  # there, but row-level security hides it: another user's
         raise ChatNotFound(doc.chat_id)
     raise ConflictError(f"chat {doc.chat_id!r} keeps being created by another writer; try again")
+
+
+def refuse_to_lose_branches(chat_id: str, stored: Mapping[Any, Any]) -> None:
+    """Refuse to replace the ``stored`` chat (its ``message_count`` and
+    ``path_length``), if it has branches, with a linear document: the
+    document ``get`` returns is the active path alone, and saving it back
+    would delete the other branches without anyone asking.
+
+    Raises:
+        ConflictError: the stored chat has messages off its active path.
+    """
+    off_path = stored["message_count"] - stored["path_length"]
+    if off_path:
+        raise ConflictError(
+            f"chat {chat_id!r} has {off_path} messages off its active path, which saving this linear "
+            "document would delete; save the whole tree (get_tree(chat_id).document), "
+            "or delete the chat first"
+        )
 
 
 def append(

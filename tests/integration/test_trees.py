@@ -250,3 +250,27 @@ def test_the_tree_columns_stay_out_of_a_linear_chat(repo: ChatRepository, sessio
         )
     ).all()
     assert [tuple(row) for row in rows] == [(None, 0, True), (0, 0, True), (1, 0, True)]
+
+
+@pytest.mark.parametrize("bulk", [False, True])
+def test_save_many_refuses_a_linear_document_over_branches_as_save_does(
+    repo: ChatRepository, session: Session, bulk: bool
+) -> None:
+    _question(repo)
+    repo.regenerate("t", "a1", [{"role": "assistant", "content": "Blue scatters."}])
+    path = repo.get("t").model_copy(update={"title": "renamed"})
+    before = snapshot(session)
+    with pytest.raises(ConflictError, match="off its active path"):
+        repo.save_many([path], bulk=bulk)
+    assert snapshot(session) == before
+    errors: list[tuple[int, Exception]] = []
+    other = {"chat_id": "other", "messages": [{"role": "user", "content": "hi"}]}
+    assert repo.save_many([other, path], bulk=bulk, on_error=lambda i, e: errors.append((i, e))) == 1
+    assert [(index, type(error)) for index, error in errors] == [(1, ConflictError)]
+    assert repo.get("t").title is None
+    # The whole tree replaces it.
+    assert (
+        repo.save_many([repo.get_tree("t").document.model_copy(update={"title": "renamed"})], bulk=bulk) == 1
+    )
+    assert repo.get("t").title == "renamed"
+    assert len(repo.get_tree("t").messages) == 4
