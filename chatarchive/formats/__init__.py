@@ -95,9 +95,86 @@ def detect(data: Any) -> str:
     for name, adapter in IMPORT_FORMATS.items():
         if adapter.looks_like(data):
             return name
-    raise InvalidDocument(
-        "not a chat in any known format (canonical, openai, masterbrain, malevich, sharegpt, chatgpt)"
+    raise InvalidDocument(_not_a_chat(data))
+
+
+#: Records that are not chats, or are in a format chatarchive does not import,
+#: by their signature: what each one is.
+_SIGNATURES: tuple[tuple[Callable[[dict[str, Any]], bool], str], ...] = (
+    (
+        lambda d: d.get("object") == "chat.completion",
+        "an OpenAI chat completion: record it with record_completion",
+    ),
+    (
+        lambda d: d.get("object") == "chat.completion.chunk",
+        "an OpenAI chat-completion chunk: assemble a stream's chunks with record_completion",
+    ),
+    (
+        lambda d: d.get("object") == "response",
+        "an OpenAI Responses API response, which chatarchive cannot import yet",
+    ),
+    (
+        lambda d: str(d.get("type", "")).startswith("response."),
+        "an OpenAI Responses API stream event, which chatarchive cannot import yet",
+    ),
+    (
+        lambda d: (
+            d.get("type") == "message" and d.get("role") == "assistant" and isinstance(d.get("content"), list)
+        ),
+        "an Anthropic Messages response, which chatarchive cannot import yet",
+    ),
+    (
+        lambda d: (
+            d.get("type")
+            in {
+                "message_start",
+                "message_delta",
+                "message_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "ping",
+            }
+        ),
+        "an Anthropic Messages stream event, which chatarchive cannot import yet",
+    ),
+    (
+        lambda d: "chat_messages" in d,
+        "a conversation of a Claude.ai export, which chatarchive cannot import yet",
+    ),
+    (
+        lambda d: isinstance(d.get("mapping"), dict),
+        "a ChatGPT conversation, but it has no 'current_node' (the node its user saw last)",
+    ),
+    (lambda d: "contents" in d, "a Gemini request, which chatarchive cannot import yet"),
+)
+
+
+def _not_a_chat(data: Any) -> str:
+    """Why ``data`` is refused: what it looks like, or what it lacks."""
+    if isinstance(data, dict):
+        for matches, what in _SIGNATURES:
+            if matches(data):
+                return f"looks like {what}"
+        keys = ", ".join(repr(key) for key in list(data)[:5]) + (", ..." if len(data) > 5 else "")
+        shown = "{}" if not data else f"an object with the keys {keys}"
+        return (
+            f"not a chat in any known format: {shown} has no messages (a chat document has a 'messages' list)"
+        )
+    if isinstance(data, list):
+        if not data:
+            return 'not a chat in any known format: [] has no messages (a chat with none is {"messages": []})'
+        return "not a chat in any known format: a list that is not a message list (objects with a 'role')"
+    kind = (
+        "null"
+        if data is None
+        else "boolean"
+        if isinstance(data, bool)
+        else "string"
+        if isinstance(data, str)
+        else "number"
     )
+    return f"not a chat in any known format: a JSON {kind}, not an object or a list"
 
 
 def to_document(data: Any, format: str = "auto") -> ChatDocument:

@@ -1,16 +1,23 @@
-"""chatarchive's own document JSON (``ChatDocument.model_dump(mode="json")``)."""
+"""chatarchive's own document JSON (``ChatDocument.model_dump(mode="json")``).
+
+A record is one when it is an object with a ``messages`` list. That list may
+be empty: a chat with no messages yet is imported only when it says so
+(``"messages": []``), so that an object that is no chat at all (``{}``, an
+API response, a stream event) never becomes an empty chat.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from chatarchive._document import ChatDocument
+from chatarchive._exceptions import InvalidDocument
 
 __all__ = ["from_document", "has_messages", "looks_like", "to_document"]
 
 
 def looks_like(data: Any) -> bool:
-    return isinstance(data, dict)
+    return has_messages(data)
 
 
 def has_messages(data: Any) -> bool:
@@ -22,6 +29,8 @@ def has_messages(data: Any) -> bool:
 
 
 def to_document(data: Any) -> ChatDocument:
+    if isinstance(data, dict) and not has_messages(data):
+        raise InvalidDocument("a chat document has a 'messages' list ([] for a chat with none yet)")
     return ChatDocument.parse(data)
 
 

@@ -257,16 +257,22 @@ def test_import_reports_bad_records_and_keeps_good_ones(run: Run, tmp_path: Path
         "",
         json.dumps(DOC["messages"]),
         '{"chat_id": "huge", "messages": [], "n": ' + "9" * 5000 + "}",  # json raised a ValueError
+        "{}",
+        json.dumps({"object": "chat.completion.chunk", "choices": []}),
         json.dumps({"chat_id": "truncated", "messages": [{"role": "user"}]})[:-5],
     ]
     path = write(tmp_path / "mixed.jsonl", "\n".join(lines))
     result = run("import", path, expect=1)
     errors = result.stderr.splitlines()
+    assert any(
+        line.startswith(f"{path}:7: not a chat in any known format: {{}} has no messages") for line in errors
+    )
+    assert any(line.startswith(f"{path}:8: looks like an OpenAI chat-completion chunk") for line in errors)
     assert any(line.startswith(f"{path}:2: chat 'bad-role', message 0, field 'role'") for line in errors)
     assert any(line.startswith(f"{path}:3: invalid JSON") for line in errors)
     assert f"{path}:6: invalid JSON: integer of more than 4300 digits" in errors
-    assert any(line.startswith(f"{path}:7: invalid JSON: truncated line") for line in errors)
-    assert "imported 2 chats, 4 failed" in result.stderr
+    assert any(line.startswith(f"{path}:9: invalid JSON: truncated line") for line in errors)
+    assert "imported 2 chats, 6 failed" in result.stderr
     assert len(run("export").stdout.splitlines()) == 2
 
 

@@ -221,6 +221,44 @@ def test_detection() -> None:
         formats.detect(42)
 
 
+NOT_CHATS: list[tuple[Any, str]] = [
+    ({}, "not a chat in any known format: {} has no messages"),
+    ({"foo": "bar"}, "not a chat in any known format: an object with the keys 'foo' has no messages"),
+    ([], r"\[\] has no messages"),
+    ([1, 2], "a list that is not a message list"),
+    (42, "a JSON number, not an object or a list"),
+    (None, "a JSON null"),
+    ({"object": "chat.completion", "choices": []}, "looks like an OpenAI chat completion: record it"),
+    ({"object": "chat.completion.chunk", "choices": []}, "looks like an OpenAI chat-completion chunk"),
+    ({"object": "response", "output": []}, "looks like an OpenAI Responses API response"),
+    (
+        {"type": "response.output_text.delta", "delta": "Hi"},
+        "looks like an OpenAI Responses API stream event",
+    ),
+    (
+        {"type": "message", "role": "assistant", "content": [{"type": "text", "text": "Hi"}]},
+        "looks like an Anthropic Messages response",
+    ),
+    ({"type": "content_block_delta", "index": 0}, "looks like an Anthropic Messages stream event"),
+    ({"uuid": "u", "name": "n", "chat_messages": []}, "looks like a conversation of a Claude.ai export"),
+    ({"title": "t", "mapping": {}}, "looks like a ChatGPT conversation, but it has no 'current_node'"),
+]
+
+
+@pytest.mark.parametrize(("record", "reason"), NOT_CHATS)
+def test_a_record_in_no_known_format_is_refused_saying_what_it_looks_like(record: Any, reason: str) -> None:
+    with pytest.raises(InvalidDocument, match=reason):
+        formats.detect(record)
+    with pytest.raises(InvalidDocument):
+        formats.to_document(record)
+
+
+def test_a_chat_with_no_messages_is_imported_only_when_it_says_so() -> None:
+    assert formats.to_document({"chat_id": "c", "messages": []}).messages == []
+    with pytest.raises(InvalidDocument, match="a chat document has a 'messages' list"):
+        formats.to_document({"chat_id": "c"}, "canonical")
+
+
 def test_export_and_import_check_their_arguments() -> None:
     # A mapping is validated into a document, as save takes one (it raised AttributeError).
     record = {"chat_id": "c", "messages": [{"role": "user", "content": "hi", "uid": "m"}]}
