@@ -104,6 +104,11 @@ def import_(
     def on_error(index: int, error: ChatArchiveError) -> None:
         report(in_flight.get(index, "?"), error)
 
+    # Where each chat id was first seen, to report records that name a chat again
+    # (the later one replaces the earlier): ids only, not documents.
+    first_seen: dict[str, str] = {}
+    duplicates: list[tuple[str, str, str]] = []
+
     def documents(moved: Callable[[int, int], None]) -> Iterator[ChatDocument | Mapping[str, Any]]:
         positions = count()
         for record in records(paths, moved):
@@ -112,6 +117,12 @@ def import_(
             except ChatArchiveError as exc:
                 report(record.where, exc)
                 continue
+            chat_id = document.chat_id if isinstance(document, ChatDocument) else document.get("chat_id")
+            if isinstance(chat_id, str):
+                if chat_id in first_seen:
+                    duplicates.append((chat_id, first_seen[chat_id], record.where))
+                else:
+                    first_seen[chat_id] = record.where
             in_flight[next(positions)] = record.where
             if len(in_flight) > remembered:
                 del in_flight[next(iter(in_flight))]
@@ -139,6 +150,15 @@ def import_(
                 "replaces them and imports the rest"
             )
         sys.exit(INTERRUPTED)
+    if duplicates:
+        shown = "; ".join(f"{chat_id!r} at {first} and {again}" for chat_id, first, again in duplicates[:3])
+        more = f"; and {len(duplicates) - 3} more" if len(duplicates) > 3 else ""
+        stderr().print(
+            literal(
+                f"{len(duplicates)} records named a chat an earlier record of the input named, and replaced "
+                f"it: {shown}{more}"
+            )
+        )
     stderr().print(f"imported {count_of_chats(imported)}" + (f", {failed} failed" if failed else ""))
     if failed:
         sys.exit(1)

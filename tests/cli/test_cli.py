@@ -248,6 +248,24 @@ def test_reimporting_records_without_chat_ids_replaces_their_chats(run: Run, tmp
     assert len(first) == 3
 
 
+def test_records_that_name_a_chat_again_are_reported_and_the_later_kept(run: Run, tmp_path: Path) -> None:
+    run("db", "upgrade")
+    bare = [{"role": "user", "content": "Why?"}]  # no chat id: one made from its content, the same both times
+    renamed = {**DOC, "title": "PCR again"}
+    lines = [DOC, bare, {**DOC, "chat_id": "other"}, renamed, bare]
+    path = write(tmp_path / "twice.jsonl", "".join(json.dumps(line) + "\n" for line in lines))
+    result = run("import", path)
+    assert (
+        f"2 records named a chat an earlier record of the input named, and replaced it: "
+        f"'doc-1' at {path}:1 and {path}:4; "
+    ) in result.stderr.replace("\n", "")
+    assert f"at {path}:2 and {path}:5" in result.stderr.replace("\n", "")
+    chats = {json.loads(line)["chat_id"]: json.loads(line) for line in run("export").stdout.splitlines()}
+    assert len(chats) == 3
+    assert chats["doc-1"]["title"] == "PCR again"
+    assert "named a chat" not in run("import", write(tmp_path / "once.json", json.dumps(DOC))).stderr
+
+
 def test_import_reports_bad_records_and_keeps_good_ones(run: Run, tmp_path: Path) -> None:
     run("db", "upgrade")
     lines = [
