@@ -16,7 +16,7 @@ format             what                                           round trip
 ``malevich``       a list of Malevich Brain messages              exact (timestamps as instants)
 ``sharegpt``       ``{"conversations": [{"from", "value"}]}``      exact
 ``chatgpt``        one conversation of ChatGPT's data export      exact (all branches; see the formats guide)
-``openai-finetune`` fine-tuning JSONL lines (export only)         -
+``openai-finetune`` fine-tuning JSONL lines                       exact (the keys fine-tuning knows)
 ``openai-preference`` preference fine-tuning JSONL (export only)  -
 ``dpo``            DPO JSONL as TRL reads it (export only)         -
 =================  =============================================  =====================
@@ -39,15 +39,18 @@ from .finetune import Filters, Selection
 
 __all__ = ["DATASET_FORMATS", "EXPORT_FORMATS", "IMPORT_FORMATS", "detect", "export", "to_document"]
 
-#: Formats in the order auto-detection tries them (the most specific first),
-#: after an object with a ``messages`` list, which is always a canonical document.
+#: Formats in the order auto-detection tries them, the most specific first:
+#: an object with a ``messages`` list is a canonical document unless it is
+#: a fine-tuning line, and no other format's key (``conversations``,
+#: ``main_messages``...) makes it one of theirs.
 IMPORT_FORMATS = {
+    "openai-finetune": finetune,
+    "canonical": canonical,
     "masterbrain": masterbrain,
     "chatgpt": chatgpt,
     "sharegpt": sharegpt,
     "malevich": malevich,
     "openai": openai_messages,
-    "canonical": canonical,
 }
 
 
@@ -90,8 +93,6 @@ def detect(data: Any) -> str:
     Raises:
         InvalidDocument: when no format recognizes it.
     """
-    if canonical.has_messages(data):
-        return "canonical"
     for name, adapter in IMPORT_FORMATS.items():
         if adapter.looks_like(data):
             return name

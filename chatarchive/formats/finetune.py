@@ -1,13 +1,25 @@
-"""OpenAI fine-tuning JSONL (export only): one ``{"messages": [...]}`` line per chat.
+"""OpenAI fine-tuning JSONL: one ``{"messages", "tools", "parallel_tool_calls"}`` line per chat.
 
-Messages keep only the keys the fine-tuning API knows (``role``, ``content``,
-``name``, ``tool_calls``, ``tool_call_id``, ``function_call``, ``weight``); the
-chat's ``workflow["tools"]`` list is written as ``tools`` when it holds tool
-definitions (objects). ``select`` applies the filters that matter for
-datasets and skips, with a reason, chats whose tool calls are not all answered,
-chats with a message not completed (a stream still running, or one that
-stopped: its text is cut short) and chats with no assistant message (none is
-left to train on; OpenAI's fine-tuning refuses such an example).
+Import: a line's ``messages`` are the chat's messages (``weight`` kept on
+each), its ``tools`` the chat's ``workflow["tools"]`` and its
+``parallel_tool_calls`` the chat's ``model_settings["parallel_tool_calls"]``;
+any other key of the line is kept on the document under its own name.
+
+Export writes the lines OpenAI's fine-tuning accepts: messages keep only the
+keys it knows (``role``, ``content``, ``name``, ``tool_calls``,
+``tool_call_id``, ``function_call``, ``weight``); ``tools`` is written when the
+chat's ``workflow["tools"]`` holds tool definitions (objects), and
+``parallel_tool_calls`` when its ``model_settings`` has it (a boolean). A role
+the API does not accept is mapped when its meaning is one it does
+(``developer`` is ``system``; ShareGPT's ``human`` and ``gpt``, Gemini's
+``model``, LangChain's ``human`` and ``ai``), and otherwise the chat is
+skipped with the role named. ``select`` applies the filters that matter for
+datasets and skips, with a reason, chats with a tool call that no later
+message answers (one in the last message is a function-calling example: the
+model learns to make that call), chats with a message not completed (a stream
+still running, or one that stopped: its text is cut short) and chats with no
+assistant message (none is left to train on; OpenAI's fine-tuning refuses such
+an example).
 """
 
 from __future__ import annotations
@@ -20,42 +32,113 @@ from typing import Any
 
 from chatarchive._arguments import is_real_number, optional_moment, optional_text, require_many, require_text
 from chatarchive._document import ChatDocument, Message
-from chatarchive._exceptions import InvalidArgument
+from chatarchive._exceptions import InvalidArgument, InvalidDocument
+
+from .canonical import has_messages
 
 __all__ = [
+    "ROLES",
+    "ROLE_ALIASES",
     "Filters",
     "Selection",
     "chosen",
     "from_document",
+    "looks_like",
     "select",
+    "to_document",
     "tools_of",
     "training_messages",
     "unanswered_tool_calls",
 ]
 
 _KEYS = ("role", "content", "name", "tool_calls", "tool_call_id", "function_call", "weight")
+#: The roles OpenAI's fine-tuning accepts.
+ROLES = frozenset({"system", "user", "assistant", "tool", "function"})
+#: Roles of other formats whose meaning is one of ``ROLES``.
+ROLE_ALIASES = {
+    "developer": "system",
+    "human": "user",
+    "gpt": "assistant",
+    "ai": "assistant",
+    "model": "assistant",
+}
+#: A line's keys besides ``messages``: the chat's tool definitions and settings.
+_DEFINITIONS = ("tools", "functions")
+_SETTINGS = ("parallel_tool_calls",)
+
+
+def looks_like(data: Any) -> bool:
+    """A line with ``messages`` and tool definitions or settings, and nothing
+    else (a document with only ``messages`` is read as canonical, the same
+    chat; one with a ``chat_id`` is chatarchive's own)."""
+    return (
+        has_messages(data)
+        and data.keys() <= {"messages", *_DEFINITIONS, *_SETTINGS}
+        and any(key in data for key in (*_DEFINITIONS, *_SETTINGS))
+    )
+
+
+def to_document(data: Any) -> ChatDocument:
+    if not has_messages(data):
+        raise InvalidDocument("a fine-tuning line has a 'messages' list")
+    document = {key: value for key, value in data.items() if key not in (*_DEFINITIONS, *_SETTINGS)}
+    for target, keys in (("workflow", _DEFINITIONS), ("model_settings", _SETTINGS)):
+        given = {key: data[key] for key in keys if key in data}
+        if given:
+            own = document.get(target)
+            document[target] = {**(own if isinstance(own, dict) else {}), **given}
+    return ChatDocument.parse(document)
 
 
 def from_document(doc: ChatDocument, exclude_roles: Iterable[str] = ()) -> dict[str, Any]:
-    line: dict[str, Any] = {"messages": training_messages(doc.messages, exclude_roles)}
-    if tools := tools_of(doc):
-        line["tools"] = tools
+    """The chat's training line.
+
+    Raises:
+        InvalidDocument: a message has a role fine-tuning does not accept.
+    """
+    line: dict[str, Any] = {"messages": training_messages(doc.messages, exclude_roles, chat_id=doc.chat_id)}
+    for key in _DEFINITIONS:
+        if definitions := tools_of(doc, key):
+            line[key] = definitions
+    for key in _SETTINGS:
+        setting = (doc.model_settings or {}).get(key)
+        if isinstance(setting, bool):
+            line[key] = setting
     return line
 
 
-def training_messages(messages: Iterable[Message], exclude_roles: Iterable[str] = ()) -> list[dict[str, Any]]:
-    """The messages as fine-tuning takes them: the keys it knows, the roles not excluded."""
+def training_messages(
+    messages: Iterable[Message], exclude_roles: Iterable[str] = (), *, chat_id: str | None = None
+) -> list[dict[str, Any]]:
+    """The messages as fine-tuning takes them: the keys it knows, the roles
+    not excluded, foreign roles mapped (see ``ROLE_ALIASES``).
+
+    Raises:
+        InvalidDocument: a message has a role fine-tuning does not accept.
+    """
     excluded = set(_roles(exclude_roles))
-    return [
-        {key: value for key, value in shaped.items() if key in _KEYS}
-        for message in messages
-        if (shaped := message.to_openai())["role"] not in excluded
-    ]
+    lines = []
+    for index, message in enumerate(messages):
+        if message.role in excluded:
+            continue
+        shaped = {key: value for key, value in message.to_openai().items() if key in _KEYS}
+        role = ROLE_ALIASES.get(message.role, message.role)
+        if role not in ROLES:
+            raise InvalidDocument(
+                f"role {message.role!r} is not one OpenAI's fine-tuning accepts ({', '.join(sorted(ROLES))})",
+                chat_id=chat_id,
+                message_index=index,
+                field="role",
+            )
+        shaped["role"] = role
+        lines.append(shaped)
+    return lines
 
 
-def tools_of(doc: ChatDocument) -> list[dict[str, Any]] | None:
-    """The chat's ``workflow["tools"]``, when it is a list of tool definitions."""
-    tools = (doc.workflow or {}).get("tools")
+def tools_of(doc: ChatDocument, key: str = "tools") -> list[dict[str, Any]] | None:
+    """The chat's ``workflow[key]`` (``tools``, or the older ``functions``),
+    when it is a list of tool definitions."""
+    tools = (doc.workflow or {}).get(key)
     if isinstance(tools, list) and tools and all(isinstance(tool, dict) for tool in tools):
         return tools
     return None
@@ -72,6 +155,14 @@ def unanswered_tool_calls(doc: ChatDocument) -> list[str]:
             if not (isinstance(call.id, str) and call.id in answered):
                 missing.append(str(call.id))
     return missing
+
+
+def _unanswered_before_the_end(doc: ChatDocument) -> bool:
+    """Whether a tool call that no later message answers is in a message
+    other than the last: a call in the last one is what the example teaches."""
+    last = doc.messages[-1] if doc.messages else None
+    final = {str(call.id) for call in (last.tool_calls or [])} if last and last.role == "assistant" else set()
+    return any(call not in final for call in unanswered_tool_calls(doc))
 
 
 @dataclass(frozen=True)
@@ -137,13 +228,17 @@ def select(docs: Iterable[ChatDocument], filters: Filters, selection: Selection)
         doc = whole.path_document()  # the path the user kept
         if not chosen(doc, filters, selection):
             continue
-        if unanswered_tool_calls(doc):
+        if _unanswered_before_the_end(doc):
             selection.skip("unanswered tool calls")
             continue
         if not all(message.completed for message in doc.messages):
             selection.skip("incomplete messages")
             continue
-        line = from_document(doc, filters.exclude_roles)
+        try:
+            line = from_document(doc, filters.exclude_roles)
+        except InvalidDocument as exc:
+            selection.skip(f"role {doc.messages[exc.message_index or 0].role!r} not accepted")
+            continue
         if not line["messages"]:  # none, or none left once the excluded roles are out
             selection.skip("no messages")
             continue

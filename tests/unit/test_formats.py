@@ -300,10 +300,10 @@ def test_finetune_selection() -> None:
         ],
         "feedback": [{"message_uid": "last", "score": 1}],
     }
-    unanswered = {
+    unanswered = {  # a call in the middle that nothing answers
         **answered,
         "chat_id": "bad",
-        "messages": answered["messages"][:3],
+        "messages": [*answered["messages"][:3], {"role": "assistant", "content": "a"}],
         "feedback": [{"score": 1}],
     }
     low = {**answered, "chat_id": "low", "feedback": [{"score": -1}]}
@@ -364,6 +364,77 @@ def test_finetune_filters_refuse_arguments_of_the_wrong_kind(arguments: dict[str
     with pytest.raises(InvalidArgument) as caught:
         finetune.Filters(**arguments)
     assert caught.value.argument == field
+
+
+def test_finetune_lines_end_with_a_tool_call_and_keep_tools_settings_and_weights() -> None:
+    """A final assistant tool call is a function-calling example (it was
+    skipped as an unanswered call); tools, parallel_tool_calls and weight
+    are written; the line imports back as the same chat."""
+    line = {
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "Let me look.", "weight": 0},
+            {
+                "role": "assistant",
+                "tool_calls": [{"id": "c", "type": "function", "function": {"name": "w", "arguments": "{}"}}],
+            },
+        ],
+        "tools": [{"type": "function", "function": {"name": "w", "parameters": {}}}],
+        "parallel_tool_calls": False,
+    }
+    assert formats.detect(line) == "openai-finetune"
+    doc = formats.to_document(line)
+    assert doc.workflow == {"tools": line["tools"]}
+    assert doc.model_settings == {"parallel_tool_calls": False}
+    selection = finetune.Selection()
+    assert list(finetune.select([doc], finetune.Filters(), selection)) == [line]
+    assert selection.written == 1
+    # Only messages: the same chat read as canonical, and the same line written.
+    bare = {"messages": line["messages"]}
+    assert formats.detect(bare) == "canonical"
+    assert formats.export(formats.to_document(bare), "openai-finetune") == bare
+
+
+def test_finetune_lines_map_foreign_roles_or_skip_the_chat_saying_which() -> None:
+    mapped = formats.to_document(
+        {
+            "chat_id": "m",
+            "messages": [
+                {"role": "developer", "content": "Be brief."},
+                {"role": "human", "content": "q"},
+                {"role": "model", "content": "a"},
+            ],
+        }
+    )
+    assert [m["role"] for m in formats.export(mapped, "openai-finetune")["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+    ]
+    foreign = formats.to_document(
+        {
+            "chat_id": "f",
+            "messages": [
+                {"role": "user", "content": "q"},
+                {"role": "narrator", "content": "Meanwhile..."},
+                {"role": "assistant", "content": "a"},
+            ],
+        }
+    )
+    with pytest.raises(
+        InvalidDocument, match="role 'narrator' is not one OpenAI's fine-tuning accepts"
+    ) as caught:
+        formats.export(foreign, "openai-finetune")
+    assert (caught.value.chat_id, caught.value.message_index, caught.value.field) == ("f", 1, "role")
+    selection = finetune.Selection()
+    assert list(finetune.select([foreign, mapped], finetune.Filters(), selection)) == [
+        formats.export(mapped, "openai-finetune")
+    ]
+    assert selection.skipped == {"role 'narrator' not accepted": 1}
+    # Excluded, the foreign role is no reason to skip.
+    assert (
+        len(list(finetune.select([foreign], finetune.Filters(exclude_roles=("narrator",)), selection))) == 1
+    )
 
 
 def test_finetune_lines_refuse_one_role_given_alone() -> None:

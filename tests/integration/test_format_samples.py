@@ -1,0 +1,66 @@
+"""The format samples (tests/data/formats/<format>/): each is what the format's
+public documentation and its official SDK types describe, and each comes
+back equal through its own exporter after a trip through the archive.
+
+Every sample, and every export, is validated by the official types of the
+``openai`` and ``anthropic`` packages (tests/support/official.py): a test
+fails when an export is not what the API takes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
+
+from chatarchive import ChatRepository, formats
+from tests.support.official import validate
+
+SAMPLES = Path(__file__).parents[1] / "data" / "formats"
+
+
+def _finetune_line(line: Any) -> None:
+    assert isinstance(line, dict)
+    assert line.keys() <= {"messages", "tools", "parallel_tool_calls", "functions"}
+    for message in line["messages"]:
+        validate(ChatCompletionMessageParam, message, allowed=frozenset({"weight"}))
+    for tool in line.get("tools", []):
+        validate(ChatCompletionToolUnionParam, tool)
+    assert isinstance(line.get("parallel_tool_calls", False), bool)
+
+
+#: How the official types check a record of each format.
+OFFICIAL: dict[str, Callable[[Any], None]] = {
+    "openai-finetune": _finetune_line,
+}
+
+
+def _samples() -> Iterator[Any]:
+    for path in sorted(SAMPLES.glob("*/*.json")):
+        yield pytest.param(path.parent.name, path, id=f"{path.parent.name}/{path.stem}")
+
+
+def test_every_format_with_samples_is_an_import_and_export_format() -> None:
+    named = {path.name for path in SAMPLES.iterdir()}
+    assert named <= formats.IMPORT_FORMATS.keys() & formats.EXPORT_FORMATS.keys()
+    assert named <= OFFICIAL.keys()
+
+
+@pytest.mark.parametrize(("name", "path"), list(_samples()))
+def test_each_sample_is_valid_and_comes_back_equal_through_its_own_exporter(
+    repo: ChatRepository, name: str, path: Path
+) -> None:
+    record = json.loads(path.read_text(encoding="utf-8"))
+    OFFICIAL[name](record)
+    assert formats.detect(record) == name
+    document = formats.to_document(record)
+    assert formats.export(document, name) == record
+    repo.save(document)
+    stored = repo.get_tree(document.chat_id).document
+    exported = formats.export(stored, name)
+    assert exported == record
+    OFFICIAL[name](exported)
