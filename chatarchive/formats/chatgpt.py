@@ -9,8 +9,10 @@ siblings keep the order of their parent's ``children``. The message at or
 above ``current_node`` is the active leaf, so ``get`` shows the branch the
 user saw and ``get_tree`` every regeneration and edit. Each message has the
 author's role, its text as content (the ``parts`` of its content, one text
-part being a string; or its content's ``text``, as code has) and its time.
-``title``, ``create_time`` and ``update_time`` are the chat's.
+part being a string; or its content's ``text``, as code has), its time and
+its model (its metadata's ``model_slug``). ``title``, ``create_time`` and
+``update_time`` are the chat's, and so is ``default_model_slug`` (or else the
+last message's model) as the chat's model.
 
 Nothing else is dropped, so that export gives back the same conversation:
 
@@ -75,6 +77,8 @@ def to_document(data: Any) -> ChatDocument:
     messages: list[dict[str, Any]] = []
     above: dict[str, str | None] = {}  # node id: the uid of the nearest message at or above it
     order = _preorder(mapping)
+    created = time_of(data.get("create_time"), "create_time")
+    times: dict[str | None, Any] = {None: created}  # a message's uid: its time
     for node_id in order:
         node = mapping[node_id]
         parent = node.get("parent")
@@ -82,7 +86,11 @@ def to_document(data: Any) -> ChatDocument:
         message = _message(node_id, node)
         if message is not None:
             message["parent"] = nearest
+            # A message without a time (a system prompt, an upload) is as old as the one before it.
+            if "created_at" not in message and times[nearest] is not None:
+                message["created_at"] = times[nearest]
             nearest = message["uid"] = _uid(node_id)
+            times[nearest] = message.get("created_at")
             messages.append(message)
         above[node_id] = nearest
     carried = {message[KEY]["node"] for message in messages}
@@ -104,6 +112,9 @@ def to_document(data: Any) -> ChatDocument:
     }
     if isinstance(conversation_id, str) and conversation_id:
         document["chat_id"] = conversation_id
+    model = _chat_model(data, messages)
+    if model is not None:
+        document["model"] = model
     for field, key in (("created_at", "create_time"), ("updated_at", "update_time")):
         moment = time_of(data.get(key), key)
         if moment is not None:
@@ -184,12 +195,31 @@ def _message(node_id: str, node: dict[str, Any]) -> dict[str, Any] | None:
         result["content"] = _content(content[text_key])
     if isinstance(original.get("metadata"), dict) and original["metadata"]:
         original["metadata"] = {}  # kept["metadata"] holds it; this keeps its place
+    model = _model_slug(message)
+    if model is not None:
+        result["model"] = model
     moment = time_of(message.get("create_time"), f"mapping[{node_id!r}].message.create_time")
     if moment is not None:
         result["created_at"] = moment
     kept["original"] = {**node, "message": original}
     result[KEY] = kept
     return result
+
+
+def _model_slug(message: dict[str, Any]) -> str | None:
+    """The model that wrote a message: its metadata's ``model_slug``."""
+    metadata = message.get("metadata")
+    slug = metadata.get("model_slug") if isinstance(metadata, dict) else None
+    return slug if isinstance(slug, str) and slug else None
+
+
+def _chat_model(data: dict[str, Any], messages: list[dict[str, Any]]) -> str | None:
+    """The conversation's model: its ``default_model_slug``, or the model of
+    its last message that names one."""
+    default = data.get("default_model_slug")
+    if isinstance(default, str) and default:
+        return default
+    return next((message["model"] for message in reversed(messages) if "model" in message), None)
 
 
 def _text_key(content: Any) -> str | None:

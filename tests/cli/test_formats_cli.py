@@ -59,3 +59,26 @@ def test_the_cli_imports_and_exports_every_format(tmp_path: Any) -> None:
     wrong = runner.invoke(main, ["--db", url, "import", "--format", "masterbrain", str(forced)])
     assert wrong.exit_code == 1
     assert "Masterbrain" in wrong.output
+
+
+def test_stats_by_day_and_model_are_the_sources_own_after_an_import(tmp_path: Any) -> None:
+    """ChatGPT's create_time and model_slug: stats showed the import's day and no model."""
+    from click.testing import CliRunner
+
+    from chatarchive.cli import main
+
+    url = f"sqlite:///{tmp_path / 'stats.db'}"
+    runner = CliRunner()
+    assert runner.invoke(main, ["--db", url, "db", "upgrade"]).exit_code == 0
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps([CHATGPT]), encoding="utf-8")
+    assert runner.invoke(main, ["--db", url, "import", str(path)]).exit_code == 0
+
+    def stats(by: str) -> list[dict[str, Any]]:
+        result = runner.invoke(main, ["--db", url, "stats", "--by", by, "--format", "json"])
+        assert result.exit_code == 0, result.output
+        records: list[dict[str, Any]] = json.loads(result.stdout)
+        return records
+
+    assert [(row["day"], row["model"]) for row in stats("day")] == [("2026-01-01", "gpt-4o")]
+    assert [row["model"] for row in stats("model")] == ["gpt-4o"]
