@@ -519,6 +519,7 @@ class ChatOperations:
     edit = writing(writes.edit)
     set_active_leaf = writing(writes.set_active_leaf)
     record_completion = writing(streaming.record_completion)
+    record_message = writing(streaming.record_message)
     begin_message = writing(streaming.begin_message)
     append_chunk = writing(streaming.append_chunk)
     complete_message = writing(streaming.complete_message)

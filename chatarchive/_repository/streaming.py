@@ -8,7 +8,7 @@ calls. A crash mid-answer leaves every chunk received in the archive.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from sqlalchemy import Integer, Table, func, insert, literal, select
@@ -25,7 +25,7 @@ from chatarchive._types import ArchiveText
 from .unit import Unit, now
 from .writes import append, bump, require_chat
 
-__all__ = ["append_chunk", "begin_message", "complete_message", "record_completion"]
+__all__ = ["append_chunk", "begin_message", "complete_message", "record_completion", "record_message"]
 
 chats = metadata.tables["chats"]
 messages = metadata.tables["messages"]
@@ -48,8 +48,30 @@ def record_completion(unit: Unit, /, chat_id: str, completion: Any, *, choice: i
     """
     from chatarchive.formats.openai_completions import message_from_completion
 
+    return _record(unit, chat_id, lambda: message_from_completion(completion, choice=choice))
+
+
+def record_message(unit: Unit, /, chat_id: str, message: Any) -> Message:
+    """Append the assistant message of an Anthropic Messages API response.
+
+    ``message`` is a response (a dict, or a ``Message`` of the ``anthropic``
+    package) or a list of its stream events. The message keeps its blocks
+    (text, thinking, tool calls as ``tool_calls``...), the model, the stop
+    reason as ``finish_reason``, the usage in the token columns, the
+    response's id, and every other key (see ``formats.anthropic``).
+
+    Returns:
+        The stored message.
+    """
+    from chatarchive.formats.anthropic import message_from_response
+
+    return _record(unit, chat_id, lambda: message_from_response(message))
+
+
+def _record(unit: Unit, chat_id: str, convert: Callable[[], dict[str, Any]]) -> Message:
+    """Append the message ``convert`` makes of an API response, its errors naming the chat."""
     try:
-        recorded = message_from_completion(completion, choice=choice)
+        recorded = convert()
     except InvalidDocument as exc:
         raise InvalidDocument(exc.reason, chat_id=chat_id, field=exc.field) from None
     (message,) = append(unit, chat_id, [recorded])

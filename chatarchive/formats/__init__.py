@@ -16,6 +16,8 @@ format             what                                           round trip
 ``malevich``       a list of Malevich Brain messages              exact (timestamps as instants)
 ``sharegpt``       ``{"conversations": [{"from", "value"}]}``      exact
 ``chatgpt``        one conversation of ChatGPT's data export      exact (all branches; see the formats guide)
+``anthropic``      an Anthropic Messages request, response or     JSON-equal
+                   stream (assembled)
 ``openai-finetune`` fine-tuning JSONL lines                       exact (the keys fine-tuning knows)
 ``openai-preference`` preference fine-tuning JSONL (export only)  -
 ``dpo``            DPO JSONL as TRL reads it (export only)         -
@@ -34,17 +36,28 @@ from chatarchive._arguments import require_text
 from chatarchive._document import ChatDocument
 from chatarchive._exceptions import InvalidArgument, InvalidDocument
 
-from . import canonical, chatgpt, finetune, malevich, masterbrain, openai_messages, preference, sharegpt
+from . import (
+    anthropic,
+    canonical,
+    chatgpt,
+    finetune,
+    malevich,
+    masterbrain,
+    openai_messages,
+    preference,
+    sharegpt,
+)
 from .finetune import Filters, Selection
 
 __all__ = ["DATASET_FORMATS", "EXPORT_FORMATS", "IMPORT_FORMATS", "detect", "export", "to_document"]
 
 #: Formats in the order auto-detection tries them, the most specific first:
 #: an object with a ``messages`` list is a canonical document unless it is
-#: a fine-tuning line, and no other format's key (``conversations``,
-#: ``main_messages``...) makes it one of theirs.
+#: a fine-tuning line or an Anthropic request, and no other format's key
+#: (``conversations``, ``main_messages``...) makes it one of theirs.
 IMPORT_FORMATS = {
     "openai-finetune": finetune,
+    "anthropic": anthropic,
     "canonical": canonical,
     "masterbrain": masterbrain,
     "chatgpt": chatgpt,
@@ -72,6 +85,7 @@ EXPORT_FORMATS: dict[str, Callable[[ChatDocument], Any]] = {
     "malevich": _active_path(malevich.from_document),
     "sharegpt": _active_path(sharegpt.from_document),
     "chatgpt": chatgpt.from_document,
+    "anthropic": _active_path(anthropic.from_document),
     "openai-finetune": _active_path(finetune.from_document),
 }
 
@@ -119,25 +133,14 @@ _SIGNATURES: tuple[tuple[Callable[[dict[str, Any]], bool], str], ...] = (
         "an OpenAI Responses API stream event, which chatarchive cannot import yet",
     ),
     (
-        lambda d: (
-            d.get("type") == "message" and d.get("role") == "assistant" and isinstance(d.get("content"), list)
-        ),
-        "an Anthropic Messages response, which chatarchive cannot import yet",
+        lambda d: anthropic.kind_of(d) in anthropic.STREAM_EVENTS,
+        "an Anthropic Messages stream event: a stream's events import together, from message_start to "
+        "message_stop (a JSON list of them, or their lines in one file)",
     ),
     (
-        lambda d: (
-            d.get("type")
-            in {
-                "message_start",
-                "message_delta",
-                "message_stop",
-                "content_block_start",
-                "content_block_delta",
-                "content_block_stop",
-                "ping",
-            }
-        ),
-        "an Anthropic Messages stream event, which chatarchive cannot import yet",
+        lambda d: d.get("type") == "message" and "content" in d,
+        "an Anthropic Messages response, but its content is not a list of blocks: use --format anthropic "
+        "once it is",
     ),
     (
         lambda d: "chat_messages" in d,

@@ -29,20 +29,9 @@ from chatarchive._arguments import is_whole_number
 from chatarchive._exceptions import InvalidArgument, InvalidDocument
 
 from ._seconds import time_of
+from ._shapes import array, json_object, plain, text
 
 __all__ = ["assemble_chunks", "message_from_completion"]
-
-
-def _plain(value: Any) -> Any:
-    """A dict from a dict or from a pydantic object of the ``openai`` package."""
-    if isinstance(value, dict):
-        return value
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dump(mode="json")
-    raise InvalidDocument(
-        f"expected a chat completion (a dict or an openai object), not {type(value).__name__}"
-    )
 
 
 def message_from_completion(completion: Any, *, choice: int = 0) -> dict[str, Any]:
@@ -54,7 +43,7 @@ def message_from_completion(completion: Any, *, choice: int = 0) -> dict[str, An
         )
     if isinstance(completion, (list, tuple)):
         completion = assemble_chunks(completion)
-    data = _plain(completion)
+    data = plain(completion, "a chat completion")
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
         raise InvalidDocument("the completion has no choices", field="choices")
@@ -112,22 +101,22 @@ def assemble_chunks(chunks: Iterable[Any]) -> dict[str, Any]:
     completion: dict[str, Any] = {"object": "chat.completion"}
     choices: dict[int, dict[str, Any]] = {}
     for number, raw in enumerate(chunks):
-        chunk = _plain(raw)
+        chunk = plain(raw, "a chat completion chunk")
         for key, value in chunk.items():
             if key not in _CHUNK_KEYS and value is not None:
                 completion.setdefault(key, value)
         if chunk.get("usage") is not None:
             completion["usage"] = chunk["usage"]
-        for position, part in enumerate(_array(chunk.get("choices"), f"chunks[{number}].choices")):
+        for position, part in enumerate(array(chunk.get("choices"), f"chunks[{number}].choices")):
             where = f"chunks[{number}].choices[{position}]"
-            part = _object(part, where)
+            part = json_object(part, where)
             index = part.get("index", 0)
             if type(index) is not int:
                 raise InvalidDocument("a choice's index must be a whole number", field=f"{where}.index")
             state = choices.setdefault(
                 index, {"content": [], "refusal": [], "tool_calls": {}, "role": None, "other": {}}
             )
-            delta = _object(part.get("delta"), f"{where}.delta", optional=True)
+            delta = json_object(part.get("delta"), f"{where}.delta", optional=True)
             for key, value in delta.items():
                 if key not in _DELTA_KEYS and value is not None:
                     _accumulate(state["other"], key, value)
@@ -138,43 +127,21 @@ def assemble_chunks(chunks: Iterable[Any]) -> dict[str, Any]:
                 state["role"] = delta["role"]
             for key in ("content", "refusal"):
                 if delta.get(key) is not None:
-                    state[key].append(_text(delta[key], f"{where}.delta.{key}"))
-            fragments = _array(delta.get("tool_calls"), f"{where}.delta.tool_calls")
+                    state[key].append(text(delta[key], f"{where}.delta.{key}"))
+            fragments = array(delta.get("tool_calls"), f"{where}.delta.tool_calls")
             for offset, fragment in enumerate(fragments):
                 _merge_tool_call(state["tool_calls"], fragment, f"{where}.delta.tool_calls[{offset}]")
             if delta.get("function_call"):
-                function = _object(delta["function_call"], f"{where}.delta.function_call")
+                function = json_object(delta["function_call"], f"{where}.delta.function_call")
                 call = state.setdefault("function_call", {"name": "", "arguments": ""})
                 for key in ("name", "arguments"):
-                    call[key] += _text(function.get(key) or "", f"{where}.delta.function_call.{key}")
+                    call[key] += text(function.get(key) or "", f"{where}.delta.function_call.{key}")
             if part.get("finish_reason") is not None:
                 state["finish_reason"] = part["finish_reason"]
             if part.get("logprobs") is not None:
                 _accumulate(state, "logprobs", part["logprobs"])
     completion["choices"] = [_choice(index, state) for index, state in sorted(choices.items())]
     return completion
-
-
-def _object(value: Any, field: str, *, optional: bool = False) -> dict[str, Any]:
-    if optional and value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise InvalidDocument("expected a JSON object", field=field)
-    return value
-
-
-def _array(value: Any, field: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise InvalidDocument("expected a JSON array", field=field)
-    return value
-
-
-def _text(value: Any, field: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidDocument("expected a string", field=field)
-    return value
 
 
 class _Fragments(list[str]):
@@ -211,7 +178,7 @@ def _assembled(value: Any) -> Any:
 
 
 def _merge_tool_call(calls: dict[int, dict[str, Any]], fragment: Any, where: str) -> None:
-    fragment = _object(fragment, where)
+    fragment = json_object(fragment, where)
     index = fragment.get("index", len(calls))
     if type(index) is not int:
         raise InvalidDocument("a tool call's index must be a whole number", field=f"{where}.index")
@@ -220,10 +187,10 @@ def _merge_tool_call(calls: dict[int, dict[str, Any]], fragment: Any, where: str
         call["id"] = fragment["id"]
     if fragment.get("type"):
         call["type"] = fragment["type"]
-    function = _object(fragment.get("function"), f"{where}.function", optional=True)
+    function = json_object(fragment.get("function"), f"{where}.function", optional=True)
     for key in ("name", "arguments"):
         if function.get(key):
-            call["function"][key] += _text(function[key], f"{where}.function.{key}")
+            call["function"][key] += text(function[key], f"{where}.function.{key}")
 
 
 def _choice(index: int, state: dict[str, Any]) -> dict[str, Any]:

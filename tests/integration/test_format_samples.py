@@ -15,6 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from anthropic.types import Message as AnthropicMessage
+from anthropic.types.beta import BetaMessage
+from anthropic.types.beta.message_create_params import MessageCreateParamsNonStreaming as BetaRequest
+from anthropic.types.message_create_params import MessageCreateParamsNonStreaming as AnthropicRequest
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
 
 from chatarchive import ChatRepository, formats
@@ -33,9 +37,26 @@ def _finetune_line(line: Any) -> None:
     assert isinstance(line.get("parallel_tool_calls", False), bool)
 
 
+def _anthropic(record: Any) -> None:
+    """A request or a response, of the Messages API or of its beta (MCP,
+    the code execution tool and containers are beta features)."""
+    request = "messages" in record
+    kinds = (AnthropicRequest, BetaRequest) if request else (AnthropicMessage, BetaMessage)
+    problems = []
+    for kind in kinds:
+        try:
+            validate(kind, record)
+        except (AssertionError, ValueError) as problem:
+            problems.append(problem)
+        else:
+            return
+    raise problems[0]
+
+
 #: How the official types check a record of each format.
 OFFICIAL: dict[str, Callable[[Any], None]] = {
     "openai-finetune": _finetune_line,
+    "anthropic": _anthropic,
 }
 
 

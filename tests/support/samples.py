@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from openai.types.chat import ChatCompletionChunk
+
+#: The format samples: tests/data/formats/<format>/<name>.json.
+FORMAT_SAMPLES = Path(__file__).parents[1] / "data" / "formats"
+
+
+def format_sample(format: str, name: str) -> Any:
+    """The sample ``name`` of ``format``, parsed."""
+    return json.loads((FORMAT_SAMPLES / format / f"{name}.json").read_text(encoding="utf-8"))
+
 
 MASTERBRAIN: dict[str, Any] = {
     "chat_id": "mb-1",

@@ -26,6 +26,7 @@ from tests.support.samples import (
     MODERATION,
     SHAREGPT,
     completion_chunk,
+    format_sample,
 )
 from tests.support.strategies import json_values
 
@@ -236,10 +237,13 @@ NOT_CHATS: list[tuple[Any, str]] = [
         "looks like an OpenAI Responses API stream event",
     ),
     (
-        {"type": "message", "role": "assistant", "content": [{"type": "text", "text": "Hi"}]},
-        "looks like an Anthropic Messages response",
+        {"type": "message", "role": "assistant", "content": "Hi"},
+        "looks like an Anthropic Messages response, but its content is not a list of blocks",
     ),
-    ({"type": "content_block_delta", "index": 0}, "looks like an Anthropic Messages stream event"),
+    (
+        {"type": "content_block_delta", "index": 0},
+        "looks like an Anthropic Messages stream event: a stream's events import together",
+    ),
     ({"uuid": "u", "name": "n", "chat_messages": []}, "looks like a conversation of a Claude.ai export"),
     ({"title": "t", "mapping": {}}, "looks like a ChatGPT conversation, but it has no 'current_node'"),
 ]
@@ -590,7 +594,18 @@ def _replaced(value: Any, path: tuple[Any, ...], new: Any) -> Any:
 
 @settings(max_examples=300, deadline=None)
 @given(
-    fixture=st.sampled_from([MASTERBRAIN, MALEVICH, SHAREGPT, CHATGPT, COMPLETION]),
+    fixture=st.sampled_from(
+        [
+            MASTERBRAIN,
+            MALEVICH,
+            SHAREGPT,
+            CHATGPT,
+            COMPLETION,
+            format_sample("anthropic", "request-blocks"),
+            format_sample("anthropic", "response-server-tools"),
+            format_sample("openai-finetune", "tool-answered"),
+        ]
+    ),
     data=st.data(),
     changes=st.lists(json_values, min_size=1, max_size=3),
 )
