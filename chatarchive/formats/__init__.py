@@ -39,6 +39,7 @@ from chatarchive._exceptions import InvalidArgument, InvalidDocument
 from . import (
     anthropic,
     canonical,
+    chat_completions,
     chatgpt,
     finetune,
     malevich,
@@ -87,6 +88,7 @@ EXPORT_FORMATS: dict[str, Callable[[ChatDocument], Any]] = {
     "chatgpt": chatgpt.from_document,
     "anthropic": _active_path(anthropic.from_document),
     "openai-finetune": _active_path(finetune.from_document),
+    "chat-completions": chat_completions.from_document,
 }
 
 

@@ -232,7 +232,13 @@ def test_a_chat_of_another_format_exports_as_a_request_the_api_takes() -> None:
     request = formats.export(document, "anthropic")
     validate(MessageCreateParamsNonStreaming, request)
     assert request["system"] == "You are a lab assistant."
-    assert [turn["role"] for turn in request["messages"]] == ["user", "user", "assistant", "user", "assistant"]
+    assert [turn["role"] for turn in request["messages"]] == [
+        "user",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
     assert request["messages"][1]["content"][1:] == [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
         {"type": "image", "source": {"type": "url", "url": "https://example.com/gel.png"}},

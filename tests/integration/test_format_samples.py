@@ -85,3 +85,5 @@ def test_each_sample_is_valid_and_comes_back_equal_through_its_own_exporter(
     exported = formats.export(stored, name)
     assert exported == record
     OFFICIAL[name](exported)
+    for message in formats.export(stored, "chat-completions"):
+        validate(ChatCompletionMessageParam, message)

@@ -624,3 +624,66 @@ def test_damaged_records_of_every_format_raise_only_invalid_document(
         for name in formats.EXPORT_FORMATS:
             with contextlib.suppress(InvalidDocument):
                 json.dumps(formats.export(doc, name), allow_nan=False)
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        MASTERBRAIN,
+        MALEVICH,
+        SHAREGPT,
+        CHATGPT,
+        format_sample("anthropic", "request-blocks"),
+        format_sample("anthropic", "request-mcp-code"),
+    ],
+    ids=["masterbrain", "malevich", "sharegpt", "chatgpt", "anthropic", "anthropic-mcp"],
+)
+def test_every_format_converts_to_chat_completions_messages_the_api_takes(record: Any) -> None:
+    from openai.types.chat import ChatCompletionMessageParam
+
+    from tests.support.official import validate
+
+    messages = formats.export(formats.to_document(record), "chat-completions")
+    assert messages
+    for message in messages:
+        validate(ChatCompletionMessageParam, message)
+
+
+def test_anthropic_blocks_convert_where_their_meanings_match() -> None:
+    messages = formats.export(
+        formats.to_document(format_sample("anthropic", "request-blocks")), "chat-completions"
+    )
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "tool", "assistant"]
+    assert messages[1]["content"] == [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+        {"type": "image_url", "image_url": {"url": "https://example.com/gel.jpg"}},
+        {
+            "type": "file",
+            "file": {"file_data": "data:application/pdf;base64,JVBERi0xLjQK", "filename": "Protocol"},
+        },
+        {"type": "file", "file": {"file_id": "file_011CNha8iCJcU1wXNR6q4V8w"}},
+        {"type": "text", "text": "The grass is green. The sky is blue."},
+        {"type": "text", "text": "Why are there two bands on this gel?"},
+    ]
+    # Thinking is left out; the text and the calls are kept, with their ids and arguments.
+    assert messages[2]["content"] == [
+        {"type": "text", "text": "The lower band is likely primer dimers."},
+        {"type": "text", "text": "Let me also check the protocol."},
+    ]
+    assert [json.loads(call["function"]["arguments"]) for call in messages[2]["tool_calls"]] == [
+        {"pair": "P7"},
+        {"step": "anneal", "repeat": 2},
+    ]
+    assert messages[3] == {
+        "role": "tool",
+        "tool_call_id": "toolu_01",
+        "content": [{"type": "text", "text": '{"tm": 62}'}],
+    }
+    # Server tool calls run by the provider, and their results, are left out.
+    mcp = formats.export(
+        formats.to_document(format_sample("anthropic", "request-mcp-code")), "chat-completions"
+    )
+    assert mcp[1] == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "Done: the greeting is hello."}],
+    }

@@ -1,0 +1,228 @@
+"""Any chat as OpenAI chat-completions messages that the API takes (export only).
+
+``openai`` exports the messages as they are stored, every key kept, so that
+a chat imported from an OpenAI message list comes back exact. This format
+converts instead: it writes the active path of a chat of any format as the
+messages a chat-completions request takes, where the meanings match, and
+leaves out what has no meaning there.
+
+- Roles: ``system``, ``developer``, ``user``, ``assistant``, ``tool`` and
+  ``function`` as they are; ``human``, ``gpt``, ``ai`` and ``model`` as
+  ``user`` and ``assistant``; messages of other roles are left out.
+- Content: a string as it is; parts as the parts the role takes (``user``:
+  text, images, audio, files; ``assistant``: text and refusals; the others:
+  text). Anthropic's ``image`` and ``document`` blocks, the Responses API's
+  ``input_text``, ``output_text``, ``input_image``, ``input_file`` and
+  ``input_audio`` become OpenAI's parts; reasoning (``thinking``, ``redacted_thinking``,
+  ``reasoning``) and parts with no chat-completions meaning are left out.
+- Tool calls: ``function`` and ``custom`` calls with their ids; calls run by
+  the provider (``server_tool_use``, ``mcp_tool_use``, built-in tools) are
+  left out, and so are the tool messages that answer them.
+- Keys: only those the message type has (``name``, ``tool_call_id``,
+  ``refusal``, ``function_call``...); unknown keys and archive fields are
+  left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from chatarchive._document import ChatDocument, ContentPart, Message, ToolCall
+
+from .finetune import ROLE_ALIASES
+
+__all__ = ["from_document", "message", "part"]
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+#: The part types each role's content takes.
+_PARTS = {
+    "user": frozenset({"text", "image_url", "input_audio", "file"}),
+    "assistant": frozenset({"text", "refusal"}),
+}
+_TEXT_ONLY = frozenset({"text"})
+
+
+def from_document(doc: ChatDocument) -> list[dict[str, Any]]:
+    """The chat's active path as chat-completions messages (see the module)."""
+    messages = []
+    dropped_calls: set[str] = set()
+    for stored in doc.path():
+        converted = message(stored, dropped_calls)
+        if converted is not None:
+            messages.append(converted)
+    return messages
+
+
+def message(stored: Message, dropped_calls: set[str] | None = None) -> dict[str, Any] | None:
+    """One message as chat-completions has it, or ``None`` when it has no
+    meaning there; ``dropped_calls`` gathers the ids of calls left out (and
+    leaves out the tool messages that answer them)."""
+    dropped = set() if dropped_calls is None else dropped_calls
+    role = ROLE_ALIASES.get(stored.role, stored.role) if stored.role != "developer" else "developer"
+    if role not in _ROLES:
+        return None
+    if role == "tool" and (not isinstance(stored.tool_call_id, str) or stored.tool_call_id in dropped):
+        return None
+    result: dict[str, Any] = {"role": role}
+    content = _content(stored.content, _PARTS.get(role, _TEXT_ONLY))
+    if role == "assistant":
+        calls = [converted for call in stored.tool_calls or [] if (converted := _call(call, dropped))]
+        if calls:
+            result["tool_calls"] = calls
+        if isinstance(stored.refusal, str):
+            result["refusal"] = stored.refusal
+        function_call = stored.function_call
+        if isinstance(function_call, dict) and all(
+            isinstance(function_call.get(key), str) for key in ("name", "arguments")
+        ):
+            result["function_call"] = {key: function_call[key] for key in ("name", "arguments")}
+        has_answer = calls or "refusal" in result or "function_call" in result
+        result["content"] = content if content or not has_answer else None
+    else:
+        result["content"] = content if content is not None else ""
+    if role == "tool":
+        result["tool_call_id"] = stored.tool_call_id
+    if isinstance(stored.name, str) and role in ("system", "developer", "user", "assistant", "function"):
+        result["name"] = stored.name
+    if role == "function" and "name" not in result:
+        return None
+    return result
+
+
+def _content(content: str | list[ContentPart] | None, allowed: frozenset[str]) -> str | list[Any] | None:
+    if content is None or isinstance(content, str):
+        return content
+    parts = [converted for item in content if (converted := part(item)) is not None]
+    parts = [item if item["type"] in allowed else _as_text(item) for item in parts]
+    kept = [item for item in parts if item is not None]
+    return kept or None
+
+
+def _as_text(converted: dict[str, Any]) -> dict[str, Any] | None:
+    """A refusal where only text is taken: its text; anything else: left out."""
+    if converted["type"] == "refusal":
+        return {"type": "text", "text": converted["refusal"]}
+    return None
+
+
+def part(item: ContentPart) -> dict[str, Any] | None:
+    """A content part of any format as an OpenAI part, or ``None`` when it
+    has no chat-completions meaning."""
+    data = item.model_dump(mode="json")
+    convert = _PART_CONVERTERS.get(item.type)
+    return None if convert is None else convert(data)
+
+
+def _text(data: dict[str, Any]) -> dict[str, Any] | None:
+    text = data.get("text")
+    return {"type": "text", "text": text} if isinstance(text, str) else None
+
+
+def _refusal(data: dict[str, Any]) -> dict[str, Any] | None:
+    refusal = data.get("refusal")
+    return {"type": "refusal", "refusal": refusal} if isinstance(refusal, str) else None
+
+
+def _image(url: Any, detail: Any = None) -> dict[str, Any] | None:
+    if not isinstance(url, str):
+        return None
+    image: dict[str, Any] = {"url": url}
+    if detail in ("auto", "low", "high"):
+        image["detail"] = detail
+    return {"type": "image_url", "image_url": image}
+
+
+def _image_url(data: dict[str, Any]) -> dict[str, Any] | None:
+    image = data.get("image_url")
+    if isinstance(image, dict):
+        return _image(image.get("url"), image.get("detail"))
+    return _image(image)
+
+
+def _file(file: Any) -> dict[str, Any] | None:
+    if not isinstance(file, dict):
+        return None
+    kept = {key: file[key] for key in ("file_id", "file_data", "filename") if isinstance(file.get(key), str)}
+    return {"type": "file", "file": kept} if "file_id" in kept or "file_data" in kept else None
+
+
+def _audio(audio: Any) -> dict[str, Any] | None:
+    if (
+        isinstance(audio, dict)
+        and isinstance(audio.get("data"), str)
+        and audio.get("format") in ("wav", "mp3")
+    ):
+        return {"type": "input_audio", "input_audio": {"data": audio["data"], "format": audio["format"]}}
+    return None
+
+
+def _data_url(media_type: Any, data: Any) -> str | None:
+    if isinstance(media_type, str) and isinstance(data, str):
+        return f"data:{media_type};base64,{data}"
+    return None
+
+
+def _anthropic_source(data: dict[str, Any], *, image: bool) -> dict[str, Any] | None:
+    """Anthropic's ``image`` and ``document`` blocks, by their source."""
+    source = data.get("source")
+    if not isinstance(source, dict):
+        return None
+    kind = source.get("type")
+    if kind == "file" and isinstance(source.get("file_id"), str):
+        return {"type": "file", "file": {"file_id": source["file_id"]}}
+    if kind == "text" and isinstance(source.get("data"), str):
+        return {"type": "text", "text": source["data"]}
+    if kind == "url":
+        return _image(source.get("url")) if image else None
+    if kind == "base64":
+        url = _data_url(source.get("media_type"), source.get("data"))
+        if image:
+            return _image(url)
+        title = data.get("title")
+        return _file({"file_data": url, **({"filename": title} if isinstance(title, str) else {})})
+    return None
+
+
+_PART_CONVERTERS: dict[str, Callable[[dict[str, Any]], dict[str, Any] | None]] = {
+    "text": _text,
+    "input_text": _text,
+    "output_text": _text,
+    "refusal": _refusal,
+    "image_url": _image_url,
+    "file": lambda data: _file(data.get("file")),
+    "input_audio": lambda data: _audio(data.get("input_audio")),
+    "image": lambda data: _anthropic_source(data, image=True),
+    "document": lambda data: _anthropic_source(data, image=False),
+    "input_image": lambda data: (
+        _image(data.get("image_url"), data.get("detail"))
+        if isinstance(data.get("image_url"), str)
+        else _file({"file_id": data.get("file_id")})
+    ),
+    "input_file": lambda data: _file(data),
+}
+
+
+def _call(call: ToolCall, dropped: set[str]) -> dict[str, Any] | None:
+    function = call.function
+    if call.type == "function" and isinstance(call.id, str):
+        name = getattr(function, "name", None)
+        arguments = getattr(function, "arguments", None)
+        if isinstance(name, str) and isinstance(arguments, str):
+            return {"id": call.id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    custom = call.custom
+    if (
+        call.type == "custom"
+        and isinstance(call.id, str)
+        and isinstance(custom, dict)
+        and isinstance(custom.get("name"), str)
+        and isinstance(custom.get("input"), str)
+    ):
+        return {
+            "id": call.id,
+            "type": "custom",
+            "custom": {"name": custom["name"], "input": custom["input"]},
+        }
+    if isinstance(call.id, str):
+        dropped.add(call.id)
+    return None
