@@ -93,9 +93,9 @@ def message(stored: Message, dropped_calls: set[str] | None = None) -> dict[str,
 def _content(content: str | list[ContentPart] | None, allowed: frozenset[str]) -> str | list[Any] | None:
     if content is None or isinstance(content, str):
         return content
-    parts = [converted for item in content if (converted := part(item)) is not None]
-    parts = [item if item["type"] in allowed else _as_text(item) for item in parts]
-    kept = [item for item in parts if item is not None]
+    converted = (part(item) for item in content)
+    taken = (item if item["type"] in allowed else _as_text(item) for item in converted if item is not None)
+    kept = [item for item in taken if item is not None]
     return kept or None
 
 
