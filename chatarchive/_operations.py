@@ -520,6 +520,7 @@ class ChatOperations:
     set_active_leaf = writing(writes.set_active_leaf)
     record_completion = writing(streaming.record_completion)
     record_message = writing(streaming.record_message)
+    record_response = writing(streaming.record_response)
     begin_message = writing(streaming.begin_message)
     append_chunk = writing(streaming.append_chunk)
     complete_message = writing(streaming.complete_message)

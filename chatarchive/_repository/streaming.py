@@ -25,7 +25,14 @@ from chatarchive._types import ArchiveText
 from .unit import Unit, now
 from .writes import append, bump, require_chat
 
-__all__ = ["append_chunk", "begin_message", "complete_message", "record_completion", "record_message"]
+__all__ = [
+    "append_chunk",
+    "begin_message",
+    "complete_message",
+    "record_completion",
+    "record_message",
+    "record_response",
+]
 
 chats = metadata.tables["chats"]
 messages = metadata.tables["messages"]
@@ -66,6 +73,32 @@ def record_message(unit: Unit, /, chat_id: str, message: Any) -> Message:
     from chatarchive.formats.anthropic import message_from_response
 
     return _record(unit, chat_id, lambda: message_from_response(message))
+
+
+def record_response(unit: Unit, /, chat_id: str, response: Any) -> list[Message]:
+    """Append the output items of an OpenAI Responses API response, one
+    message each.
+
+    ``response`` is a ``Response`` (a dict, or an object of the ``openai``
+    package) or a list of its stream events. Messages, function and built-in
+    tool calls, their outputs and reasoning are stored as the
+    ``openai-responses`` format stores them (see ``formats.openai_responses``);
+    each message has the response's model and time, and the last one its
+    usage (in the token columns), its status as ``finish_reason``, its id and
+    the response without its output (``response``).
+
+    Returns:
+        The stored messages.
+    """
+    from chatarchive.formats.openai_responses import messages_from_response
+
+    try:
+        recorded = messages_from_response(response)
+    except InvalidDocument as exc:
+        raise InvalidDocument(exc.reason, chat_id=chat_id, field=exc.field) from None
+    if not recorded:
+        raise InvalidDocument("the response has no output items", chat_id=chat_id, field="output")
+    return append(unit, chat_id, recorded)
 
 
 def _record(unit: Unit, chat_id: str, convert: Callable[[], dict[str, Any]]) -> Message:

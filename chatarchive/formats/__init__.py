@@ -45,6 +45,7 @@ from . import (
     malevich,
     masterbrain,
     openai_messages,
+    openai_responses,
     preference,
     sharegpt,
 )
@@ -59,6 +60,7 @@ __all__ = ["DATASET_FORMATS", "EXPORT_FORMATS", "IMPORT_FORMATS", "detect", "exp
 IMPORT_FORMATS = {
     "openai-finetune": finetune,
     "anthropic": anthropic,
+    "openai-responses": openai_responses,
     "canonical": canonical,
     "masterbrain": masterbrain,
     "chatgpt": chatgpt,
@@ -87,6 +89,7 @@ EXPORT_FORMATS: dict[str, Callable[[ChatDocument], Any]] = {
     "sharegpt": _active_path(sharegpt.from_document),
     "chatgpt": chatgpt.from_document,
     "anthropic": _active_path(anthropic.from_document),
+    "openai-responses": _active_path(openai_responses.from_document),
     "openai-finetune": _active_path(finetune.from_document),
     "chat-completions": chat_completions.from_document,
 }
@@ -127,12 +130,9 @@ _SIGNATURES: tuple[tuple[Callable[[dict[str, Any]], bool], str], ...] = (
         "an OpenAI chat-completion chunk: assemble a stream's chunks with record_completion",
     ),
     (
-        lambda d: d.get("object") == "response",
-        "an OpenAI Responses API response, which chatarchive cannot import yet",
-    ),
-    (
-        lambda d: str(d.get("type", "")).startswith("response."),
-        "an OpenAI Responses API stream event, which chatarchive cannot import yet",
+        lambda d: str(anthropic.kind_of(d) or "").startswith("response."),
+        "an OpenAI Responses API stream event: a stream's events import together, from response.created "
+        "to response.completed (a JSON list of them, or their lines in one file)",
     ),
     (
         lambda d: anthropic.kind_of(d) in anthropic.STREAM_EVENTS,

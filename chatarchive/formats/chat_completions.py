@@ -45,13 +45,43 @@ _TEXT_ONLY = frozenset({"text"})
 
 def from_document(doc: ChatDocument) -> list[dict[str, Any]]:
     """The chat's active path as chat-completions messages (see the module)."""
-    messages = []
+    messages: list[dict[str, Any]] = []
     dropped_calls: set[str] = set()
     for stored in doc.path():
         converted = message(stored, dropped_calls)
-        if converted is not None:
+        if converted is None:
+            continue
+        if converted["role"] == "assistant" and messages and _mergeable(messages[-1], converted):
+            _merge(messages[-1], converted)
+        else:
             messages.append(converted)
     return messages
+
+
+def _mergeable(previous: dict[str, Any], current: dict[str, Any]) -> bool:
+    """Whether ``current`` (an assistant message) continues ``previous``:
+    formats that hold one item per message (the Responses API: a message,
+    then each function call) make several assistant messages of one turn,
+    and a tool message must follow the one message that holds its call."""
+    return (
+        previous["role"] == "assistant" and "function_call" not in previous and "function_call" not in current
+    )
+
+
+def _merge(previous: dict[str, Any], current: dict[str, Any]) -> None:
+    content = [*_as_parts(previous.get("content")), *_as_parts(current.get("content"))]
+    previous["content"] = content or None
+    if "refusal" in current and "refusal" not in previous:
+        previous["refusal"] = current["refusal"]
+    calls = [*previous.get("tool_calls", []), *current.get("tool_calls", [])]
+    if calls:
+        previous["tool_calls"] = calls
+
+
+def _as_parts(content: Any) -> list[Any]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    return list(content or [])
 
 
 def message(stored: Message, dropped_calls: set[str] | None = None) -> dict[str, Any] | None:

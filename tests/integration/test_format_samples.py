@@ -20,9 +20,10 @@ from anthropic.types.beta import BetaMessage
 from anthropic.types.beta.message_create_params import MessageCreateParamsNonStreaming as BetaRequest
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming as AnthropicRequest
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
+from openai.types.responses import Response, ResponseInputParam
 
 from chatarchive import ChatRepository, formats
-from tests.support.official import validate
+from tests.support.official import validate, validate_chat_completions
 
 SAMPLES = Path(__file__).parents[1] / "data" / "formats"
 
@@ -53,10 +54,16 @@ def _anthropic(record: Any) -> None:
     raise problems[0]
 
 
+def _responses(record: Any) -> None:
+    """An input item list, or a ``Response``."""
+    validate(Response if isinstance(record, dict) else ResponseInputParam, record)
+
+
 #: How the official types check a record of each format.
 OFFICIAL: dict[str, Callable[[Any], None]] = {
     "openai-finetune": _finetune_line,
     "anthropic": _anthropic,
+    "openai-responses": _responses,
 }
 
 
@@ -85,5 +92,4 @@ def test_each_sample_is_valid_and_comes_back_equal_through_its_own_exporter(
     exported = formats.export(stored, name)
     assert exported == record
     OFFICIAL[name](exported)
-    for message in formats.export(stored, "chat-completions"):
-        validate(ChatCompletionMessageParam, message)
+    validate_chat_completions(formats.export(stored, "chat-completions"))

@@ -108,3 +108,19 @@ def _unknown_key(kind: Any, value: Any, allowed: frozenset[str], where: str) -> 
         fits = isinstance(value, kind) or (kind is float and isinstance(value, int))
         return None if fits else f"{where}: not a {kind.__name__} {_MISMATCH}"
     return None  # Any, object: pydantic checked it
+
+
+def validate_chat_completions(messages: list[Any]) -> None:
+    """Raise when the messages are not a chat-completions message list the
+    API takes: each one of the official types, and each tool message after
+    the assistant message that made its call (other tool messages between)."""
+    from openai.types.chat import ChatCompletionMessageParam
+
+    calls: set[str] = set()
+    for index, message in enumerate(messages):
+        validate(ChatCompletionMessageParam, message)
+        if message["role"] == "tool":
+            if message["tool_call_id"] not in calls:
+                raise AssertionError(f"[{index}]: a tool message without its call just before it")
+            continue
+        calls = {call["id"] for call in message.get("tool_calls", [])}
