@@ -41,6 +41,7 @@ from . import (
     canonical,
     chat_completions,
     chatgpt,
+    claude_ai,
     finetune,
     malevich,
     masterbrain,
@@ -64,6 +65,7 @@ IMPORT_FORMATS = {
     "canonical": canonical,
     "masterbrain": masterbrain,
     "chatgpt": chatgpt,
+    "claude-ai": claude_ai,
     "sharegpt": sharegpt,
     "malevich": malevich,
     "openai": openai_messages,
@@ -88,6 +90,7 @@ EXPORT_FORMATS: dict[str, Callable[[ChatDocument], Any]] = {
     "malevich": _active_path(malevich.from_document),
     "sharegpt": _active_path(sharegpt.from_document),
     "chatgpt": chatgpt.from_document,
+    "claude-ai": claude_ai.from_document,
     "anthropic": _active_path(anthropic.from_document),
     "openai-responses": _active_path(openai_responses.from_document),
     "openai-finetune": _active_path(finetune.from_document),
@@ -146,7 +149,7 @@ _SIGNATURES: tuple[tuple[Callable[[dict[str, Any]], bool], str], ...] = (
     ),
     (
         lambda d: "chat_messages" in d,
-        "a conversation of a Claude.ai export, which chatarchive cannot import yet",
+        "a conversation of a Claude.ai export, but it has no 'uuid' or its 'chat_messages' is not a list",
     ),
     (
         lambda d: isinstance(d.get("mapping"), dict),

@@ -66,6 +66,8 @@ __all__ = [
     "looks_like",
     "message_from_response",
     "to_document",
+    "to_messages",
+    "to_turns",
 ]
 
 KEY = "anthropic"
@@ -155,7 +157,7 @@ def _request_document(data: dict[str, Any]) -> ChatDocument:
         system = data["system"]
         messages.append({"role": "system", "content": list(system) if isinstance(system, list) else system})
     for index, message in enumerate(data["messages"]):
-        messages.extend(_archive_messages(json_object(message, f"messages[{index}]"), f"messages[{index}]"))
+        messages.extend(to_messages(json_object(message, f"messages[{index}]"), f"messages[{index}]"))
     settings = {key: value for key, value in data.items() if key not in ("model", "system", "messages")}
     document: dict[str, Any] = {"messages": messages, KEY: {"shape": "request"}}
     if settings:
@@ -169,7 +171,7 @@ def _request_document(data: dict[str, Any]) -> ChatDocument:
     return ChatDocument.parse(document)
 
 
-def _archive_messages(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
+def to_messages(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
     """One message of the API as the archive's messages: its tool results
     each a tool message, its other blocks in runs between them."""
     role = message.get("role")
@@ -224,14 +226,24 @@ def _tool_call(block: dict[str, Any], where: str) -> dict[str, Any]:
     function: dict[str, Any] = {"name": text(block.get("name"), f"{where}.name")}
     if arguments is not None:
         function["arguments"] = arguments
-    call.update({"id": block.get("id"), "type": _CALL_TYPES[block_type], "function": function})
+    if "id" in block:
+        call["id"] = block["id"]
+    call.update({"type": _CALL_TYPES[block_type], "function": function})
     return call
+
+
+#: A tool result's keys that would be taken for the message's own fields.
+_MESSAGE_FIELDS = frozenset(Message.model_fields)
 
 
 def _tool_message(block: dict[str, Any]) -> dict[str, Any]:
     message = {key: value for key, value in block.items() if key not in ("type", "tool_use_id", "content")}
+    clashing = {key: message.pop(key) for key in list(message) if key in _MESSAGE_FIELDS}
+    if clashing:
+        message[KEY] = {"block_keys": clashing}
     message["role"] = "tool"
-    message["tool_call_id"] = block.get("tool_use_id")
+    if "tool_use_id" in block:
+        message["tool_call_id"] = block["tool_use_id"]
     if "content" in block:
         content = block["content"]
         message["content"] = list(content) if isinstance(content, list) else content
@@ -251,7 +263,7 @@ def message_from_response(response: Any) -> dict[str, Any]:
     data = plain(response, "an Anthropic Messages response", exclude_unset=True)
     if not is_response(data):
         raise InvalidDocument('an Anthropic Messages response has "type": "message" and a content list')
-    (message, *continued) = _archive_messages({"role": "assistant", "content": data["content"]}, "content")
+    (message, *continued) = to_messages({"role": "assistant", "content": data["content"]}, "content")
     if continued:  # tool results in a response: not the API's
         raise InvalidDocument("a response's content holds a tool_result block", field="content")
     mapped: dict[str, Any] = {
@@ -377,18 +389,31 @@ def from_document(doc: ChatDocument) -> dict[str, Any]:
     if doc.model is not None:
         request["model"] = doc.model
     system: list[Message] = []
-    turns: list[dict[str, Any]] = []
+    rest = list(messages)
+    while rest and rest[0].role in ("system", "developer"):
+        system.append(rest.pop(0))
+    turns = [turn for turn, _ in to_turns(rest, imported=shape is not None)]
+    if len(system) == 1 and isinstance(system[0].content, str):
+        request["system"] = system[0].content
+    elif system:
+        request["system"] = [block for message in system for block in _blocks(message)]
+    request.update(doc.model_settings or {})
+    request["messages"] = turns
+    return request
+
+
+def to_turns(messages: Iterable[Message], *, imported: bool) -> list[tuple[dict[str, Any], Message]]:
+    """The API messages (``role``, ``content``) that archive messages make, each
+    with the first archive message it was made of. A message marked as
+    continuing the one before joins it; in chats not ``imported`` from this
+    format, tool results that follow each other are one user message."""
+    turns: list[tuple[dict[str, Any], Message]] = []
     for message in messages:
-        if message.role in ("system", "developer") and not turns:
-            system.append(message)
-            continue
         hint = _hint(message)
         blocks = _blocks(message)
-        previous = turns[-1] if turns else None
-        # A chat imported from a request says which messages continue one; in
-        # others, tool results that follow each other are one user message.
+        previous = turns[-1][0] if turns else None
         joins = hint.get("continues") is True or (
-            shape is None and message.role == "tool" and previous is not None and _only_results(previous)
+            not imported and message.role == "tool" and previous is not None and _only_results(previous)
         )
         if joins and previous is not None and isinstance(previous["content"], list):
             previous["content"].extend(blocks)
@@ -401,14 +426,8 @@ def from_document(doc: ChatDocument) -> dict[str, Any]:
         keys = hint.get("keys")
         if isinstance(keys, dict):
             turn.update(keys)
-        turns.append(turn)
-    if len(system) == 1 and isinstance(system[0].content, str):
-        request["system"] = system[0].content
-    elif system:
-        request["system"] = [block for message in system for block in _blocks(message)]
-    request.update(doc.model_settings or {})
-    request["messages"] = turns
-    return request
+        turns.append((turn, message))
+    return turns
 
 
 def _hint(message: Message) -> dict[str, Any]:
@@ -450,7 +469,9 @@ def _blocks(message: Message) -> list[Any]:
 
 
 def _result_block(message: Message) -> dict[str, Any]:
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
+    block: dict[str, Any] = {"type": "tool_result"}
+    if "tool_call_id" in message.model_fields_set:
+        block["tool_use_id"] = message.tool_call_id
     content = message.content
     if isinstance(content, list):
         block["content"] = [_block(part) for part in content]
@@ -458,6 +479,9 @@ def _result_block(message: Message) -> dict[str, Any]:
         block["content"] = content
     extra = message.model_extra or {}
     block.update({key: value for key, value in extra.items() if key != KEY})
+    kept = _hint(message).get("block_keys")
+    if isinstance(kept, dict):
+        block.update(kept)
     return block
 
 
@@ -493,11 +517,10 @@ def _call_block(call: ToolCall) -> dict[str, Any]:
     function = call.function
     name = function.name if hasattr(function, "name") else None
     arguments = function.arguments if hasattr(function, "arguments") else None
-    block: dict[str, Any] = {
-        "type": _BLOCK_TYPES.get(str(call.type), "tool_use"),
-        "id": call.id,
-        "name": name,
-    }
+    block: dict[str, Any] = {"type": _BLOCK_TYPES.get(str(call.type), "tool_use")}
+    if "id" in call.model_fields_set:
+        block["id"] = call.id
+    block["name"] = name
     if arguments is not None:
         block["input"] = _input(arguments)
     block.update(extra)

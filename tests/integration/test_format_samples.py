@@ -59,11 +59,21 @@ def _responses(record: Any) -> None:
     validate(Response if isinstance(record, dict) else ResponseInputParam, record)
 
 
+def _claude_ai(record: Any) -> None:
+    """No SDK has types for Claude.ai's export: the keys every conversation
+    and message of it has, and message blocks that are Anthropic's."""
+    assert {"uuid", "name", "created_at", "updated_at", "chat_messages"} <= record.keys()
+    for message in record["chat_messages"]:
+        assert {"uuid", "text", "sender", "created_at", "content"} <= message.keys()
+        assert message["sender"] in ("human", "assistant")
+
+
 #: How the official types check a record of each format.
 OFFICIAL: dict[str, Callable[[Any], None]] = {
     "openai-finetune": _finetune_line,
     "anthropic": _anthropic,
     "openai-responses": _responses,
+    "claude-ai": _claude_ai,
 }
 
 

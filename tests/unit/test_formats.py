@@ -243,7 +243,10 @@ NOT_CHATS: list[tuple[Any, str]] = [
         {"type": "content_block_delta", "index": 0},
         "looks like an Anthropic Messages stream event: a stream's events import together",
     ),
-    ({"uuid": "u", "name": "n", "chat_messages": []}, "looks like a conversation of a Claude.ai export"),
+    (
+        {"name": "n", "chat_messages": []},
+        "looks like a conversation of a Claude.ai export, but it has no 'uuid'",
+    ),
     ({"title": "t", "mapping": {}}, "looks like a ChatGPT conversation, but it has no 'current_node'"),
 ]
 
@@ -605,6 +608,7 @@ def _replaced(value: Any, path: tuple[Any, ...], new: Any) -> Any:
             format_sample("openai-finetune", "tool-answered"),
             format_sample("openai-responses", "input-conversation"),
             format_sample("openai-responses", "response-built-in-tools"),
+            format_sample("claude-ai", "branched-thinking-tools"),
         ]
     ),
     data=st.data(),
