@@ -68,12 +68,25 @@ def _claude_ai(record: Any) -> None:
         assert message["sender"] in ("human", "assistant")
 
 
+def _open_webui(record: Any) -> None:
+    """No SDK has types for Open WebUI's export: the keys its chats and
+    messages have, and a tree whose links agree."""
+    history = record["chat"]["history"]
+    assert {"id", "user_id", "title", "chat", "created_at", "updated_at"} <= record.keys()
+    for node_id, node in history["messages"].items():
+        assert {"id", "parentId", "childrenIds", "role", "content", "timestamp"} <= node.keys()
+        assert node["id"] == node_id
+        assert all(history["messages"][child]["parentId"] == node_id for child in node["childrenIds"])
+    assert history["currentId"] in history["messages"]
+
+
 #: How the official types check a record of each format.
 OFFICIAL: dict[str, Callable[[Any], None]] = {
     "openai-finetune": _finetune_line,
     "anthropic": _anthropic,
     "openai-responses": _responses,
     "claude-ai": _claude_ai,
+    "open-webui": _open_webui,
 }
 
 

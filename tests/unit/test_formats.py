@@ -609,6 +609,7 @@ def _replaced(value: Any, path: tuple[Any, ...], new: Any) -> Any:
             format_sample("openai-responses", "input-conversation"),
             format_sample("openai-responses", "response-built-in-tools"),
             format_sample("claude-ai", "branched-thinking-tools"),
+            format_sample("open-webui", "branched-chat"),
         ]
     ),
     data=st.data(),
