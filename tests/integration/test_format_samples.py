@@ -10,6 +10,7 @@ fails when an export is not what the API takes.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,20 @@ def _open_webui(record: Any) -> None:
     assert history["currentId"] in history["messages"]
 
 
+def _langchain(record: Any) -> None:
+    """langchain-core reads the messages, and writes them back the same."""
+    from langchain_core._api.beta_decorator import LangChainBetaWarning
+    from langchain_core.load import dumpd, load
+    from langchain_core.messages import messages_from_dict, messages_to_dict
+
+    if all("lc" in item for item in record):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", LangChainBetaWarning)  # load() is marked beta
+            assert [dumpd(load(item, allowed_objects="all")) for item in record] == record
+    else:
+        assert messages_to_dict(messages_from_dict(record)) == record
+
+
 #: How the official types check a record of each format.
 OFFICIAL: dict[str, Callable[[Any], None]] = {
     "openai-finetune": _finetune_line,
@@ -87,6 +102,7 @@ OFFICIAL: dict[str, Callable[[Any], None]] = {
     "openai-responses": _responses,
     "claude-ai": _claude_ai,
     "open-webui": _open_webui,
+    "langchain": _langchain,
 }
 
 

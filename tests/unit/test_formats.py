@@ -610,6 +610,8 @@ def _replaced(value: Any, path: tuple[Any, ...], new: Any) -> Any:
             format_sample("openai-responses", "response-built-in-tools"),
             format_sample("claude-ai", "branched-thinking-tools"),
             format_sample("open-webui", "branched-chat"),
+            format_sample("langchain", "messages-to-dict"),
+            format_sample("langchain", "dumpd"),
         ]
     ),
     data=st.data(),
