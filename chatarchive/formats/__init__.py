@@ -43,6 +43,7 @@ from . import (
     chatgpt,
     claude_ai,
     finetune,
+    gemini,
     langchain,
     malevich,
     masterbrain,
@@ -70,6 +71,7 @@ IMPORT_FORMATS = {
     "claude-ai": claude_ai,
     "open-webui": open_webui,
     "langchain": langchain,
+    "gemini": gemini,
     "sharegpt": sharegpt,
     "malevich": malevich,
     "openai": openai_messages,
@@ -97,6 +99,7 @@ EXPORT_FORMATS: dict[str, Callable[[ChatDocument], Any]] = {
     "claude-ai": claude_ai.from_document,
     "open-webui": open_webui.from_document,
     "langchain": _active_path(langchain.from_document),
+    "gemini": _active_path(gemini.from_document),
     "anthropic": _active_path(anthropic.from_document),
     "openai-responses": _active_path(openai_responses.from_document),
     "openai-finetune": _active_path(finetune.from_document),
@@ -161,7 +164,10 @@ _SIGNATURES: tuple[tuple[Callable[[dict[str, Any]], bool], str], ...] = (
         lambda d: isinstance(d.get("mapping"), dict),
         "a ChatGPT conversation, but it has no 'current_node' (the node its user saw last)",
     ),
-    (lambda d: "contents" in d, "a Gemini request, which chatarchive cannot import yet"),
+    (
+        lambda d: "contents" in d,
+        "a Gemini request, but its 'contents' is not a list of {'role', 'parts'}",
+    ),
 )
 
 

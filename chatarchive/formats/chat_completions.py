@@ -13,7 +13,8 @@ leaves out what has no meaning there.
   text, images, audio, files; ``assistant``: text and refusals; the others:
   text). Anthropic's ``image`` and ``document`` blocks, the Responses API's
   ``input_text``, ``output_text``, ``input_image``, ``input_file`` and
-  ``input_audio`` become OpenAI's parts; reasoning (``thinking``, ``redacted_thinking``,
+  ``input_audio``, and Gemini's ``inlineData`` and ``fileData`` (images) become
+  OpenAI's parts; reasoning (``thinking``, ``redacted_thinking``,
   ``reasoning``) and parts with no chat-completions meaning are left out.
 - Tool calls: ``function`` and ``custom`` calls with their ids; calls run by
   the provider (``server_tool_use``, ``mcp_tool_use``, built-in tools) are
@@ -26,13 +27,14 @@ leaves out what has no meaning there.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from chatarchive._document import ChatDocument, ContentPart, Message, ToolCall
 
 from .finetune import ROLE_ALIASES
 
-__all__ = ["from_document", "message", "part"]
+__all__ = ["Calls", "from_document", "message", "part"]
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 #: The part types each role's content takes.
@@ -46,9 +48,9 @@ _TEXT_ONLY = frozenset({"text"})
 def from_document(doc: ChatDocument) -> list[dict[str, Any]]:
     """The chat's active path as chat-completions messages (see the module)."""
     messages: list[dict[str, Any]] = []
-    dropped_calls: set[str] = set()
+    calls = Calls()
     for stored in doc.path():
-        converted = message(stored, dropped_calls)
+        converted = message(stored, calls)
         if converted is None:
             continue
         if converted["role"] == "assistant" and messages and _mergeable(messages[-1], converted):
@@ -84,22 +86,36 @@ def _as_parts(content: Any) -> list[Any]:
     return list(content or [])
 
 
-def message(stored: Message, dropped_calls: set[str] | None = None) -> dict[str, Any] | None:
+@dataclass
+class Calls:
+    """The tool calls of a conversation as it is converted: the ids of those
+    left out (whose answers are left out too), and those not answered yet, by
+    name, for formats whose answers name the function and not the call
+    (Gemini's); calls without an id get one (``call_1``...)."""
+
+    dropped: set[str] = field(default_factory=set)
+    pending: list[tuple[str, str]] = field(default_factory=list)
+    made: int = 0
+
+
+def message(stored: Message, calls: Calls | None = None) -> dict[str, Any] | None:
     """One message as chat-completions has it, or ``None`` when it has no
-    meaning there; ``dropped_calls`` gathers the ids of calls left out (and
-    leaves out the tool messages that answer them)."""
-    dropped = set() if dropped_calls is None else dropped_calls
+    meaning there (see ``Calls``)."""
+    calls = Calls() if calls is None else calls
     role = ROLE_ALIASES.get(stored.role, stored.role) if stored.role != "developer" else "developer"
     if role not in _ROLES:
         return None
-    if role == "tool" and (not isinstance(stored.tool_call_id, str) or stored.tool_call_id in dropped):
-        return None
+    answered = stored.tool_call_id
+    if role == "tool":
+        answered = _answered(stored, calls)
+        if answered is None:
+            return None
     result: dict[str, Any] = {"role": role}
     content = _content(stored.content, _PARTS.get(role, _TEXT_ONLY))
     if role == "assistant":
-        calls = [converted for call in stored.tool_calls or [] if (converted := _call(call, dropped))]
-        if calls:
-            result["tool_calls"] = calls
+        made = [converted for call in stored.tool_calls or [] if (converted := _call(call, calls))]
+        if made:
+            result["tool_calls"] = made
         if isinstance(stored.refusal, str):
             result["refusal"] = stored.refusal
         function_call = stored.function_call
@@ -107,12 +123,12 @@ def message(stored: Message, dropped_calls: set[str] | None = None) -> dict[str,
             isinstance(function_call.get(key), str) for key in ("name", "arguments")
         ):
             result["function_call"] = {key: function_call[key] for key in ("name", "arguments")}
-        has_answer = calls or "refusal" in result or "function_call" in result
+        has_answer = made or "refusal" in result or "function_call" in result
         result["content"] = content if content or not has_answer else None
     else:
         result["content"] = content if content is not None else ""
     if role == "tool":
-        result["tool_call_id"] = stored.tool_call_id
+        result["tool_call_id"] = answered
     if isinstance(stored.name, str) and role in ("system", "developer", "user", "assistant", "function"):
         result["name"] = stored.name
     if role == "function" and "name" not in result:
@@ -214,6 +230,19 @@ def _anthropic_source(data: dict[str, Any], *, image: bool) -> dict[str, Any] | 
     return None
 
 
+def _gemini_data(data: dict[str, Any]) -> dict[str, Any] | None:
+    """Gemini's ``inlineData`` (bytes) and ``fileData`` (a URI) parts."""
+    inline = data.get("inlineData", data.get("inline_data"))
+    if isinstance(inline, dict):
+        media_type = inline.get("mimeType", inline.get("mime_type"))
+        url = _data_url(media_type, inline.get("data"))
+        return _image(url) if str(media_type).startswith("image/") else _file({"file_data": url})
+    file = data.get("fileData", data.get("file_data"))
+    if isinstance(file, dict) and str(file.get("mimeType", file.get("mime_type"))).startswith("image/"):
+        return _image(file.get("fileUri", file.get("file_uri")))
+    return None
+
+
 _PART_CONVERTERS: dict[str, Callable[[dict[str, Any]], dict[str, Any] | None]] = {
     "text": _text,
     "input_text": _text,
@@ -230,29 +259,61 @@ _PART_CONVERTERS: dict[str, Callable[[dict[str, Any]], dict[str, Any] | None]] =
         else _file({"file_id": data.get("file_id")})
     ),
     "input_file": lambda data: _file(data),
+    "inlineData": _gemini_data,
+    "inline_data": _gemini_data,
+    "fileData": _gemini_data,
+    "file_data": _gemini_data,
 }
 
 
-def _call(call: ToolCall, dropped: set[str]) -> dict[str, Any] | None:
+def _answered(stored: Message, calls: Calls) -> str | None:
+    """The id of the call a tool message answers: its ``tool_call_id``, or
+    the first call not answered yet of the function it names; ``None`` when
+    that call was left out."""
+    answered = stored.tool_call_id
+    if not isinstance(answered, str):
+        found = next((call for call in calls.pending if call[1] == stored.name), None)
+        found = found or (calls.pending[0] if calls.pending and stored.name is None else None)
+        answered = None if found is None else found[0]
+    if answered is None or answered in calls.dropped:
+        return None
+    calls.pending = [call for call in calls.pending if call[0] != answered]
+    return answered
+
+
+def _call(call: ToolCall, calls: Calls) -> dict[str, Any] | None:
     function = call.function
-    if call.type == "function" and isinstance(call.id, str):
+    call_id = call.id
+    if not isinstance(call_id, str) and call.type in ("function", "custom"):
+        calls.made += 1
+        call_id = f"call_{calls.made}"
+    converted: dict[str, Any] | None = None
+    if call.type == "function" and isinstance(call_id, str):
         name = getattr(function, "name", None)
         arguments = getattr(function, "arguments", None)
         if isinstance(name, str) and isinstance(arguments, str):
-            return {"id": call.id, "type": "function", "function": {"name": name, "arguments": arguments}}
+            converted = {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            }
     custom = call.custom
     if (
         call.type == "custom"
-        and isinstance(call.id, str)
+        and isinstance(call_id, str)
         and isinstance(custom, dict)
         and isinstance(custom.get("name"), str)
         and isinstance(custom.get("input"), str)
     ):
-        return {
-            "id": call.id,
+        converted = {
+            "id": call_id,
             "type": "custom",
             "custom": {"name": custom["name"], "input": custom["input"]},
         }
-    if isinstance(call.id, str):
-        dropped.add(call.id)
-    return None
+    if converted is None:
+        if isinstance(call_id, str):
+            calls.dropped.add(call_id)
+        return None
+    name = converted[converted["type"]]["name"]
+    calls.pending.append((call_id, name))
+    return converted

@@ -133,12 +133,10 @@ def _messages(raw: dict[str, Any], where: str) -> list[dict[str, Any]]:
             )
         first["content"].extend(extra_parts)
     own = raw.get("uuid")
-    key = own if isinstance(own, str) and own else None
+    key = own if isinstance(own, str) and own else where  # a message without a uuid: named by its place
     for number, message in enumerate(made):
-        if key is not None:
-            message["uid"] = (
-                key if number == 0 and _is_id(key) else str(uuid.uuid5(PART_NAMESPACE, f"{key}/{number}"))
-            )
+        named = number == 0 and key == own and _is_id(key)
+        message["uid"] = key if named else str(uuid.uuid5(PART_NAMESPACE, f"{key}/{number}"))
     moment = _moment(raw.get("created_at"), f"{where}.created_at")
     for message in made:
         if moment is not None:

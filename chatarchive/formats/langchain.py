@@ -35,7 +35,7 @@ from typing import Any
 from chatarchive._document import ChatDocument, Message, ToolCall, ToolFunction
 from chatarchive._exceptions import InvalidDocument
 
-from ._shapes import json_object
+from ._shapes import array, json_object
 
 __all__ = ["KEY", "from_document", "looks_like", "to_document"]
 
@@ -117,7 +117,8 @@ def to_document(data: Any) -> ChatDocument:
 
 def _message(kind: str, data: dict[str, Any], where: str) -> dict[str, Any]:
     own_type = data.get("type", kind)
-    base = _BASE.get(own_type, _BASE.get(kind, _KINDS.get(kind.removesuffix("Chunk"), kind)))
+    named = _BASE.get(kind, _KINDS.get(kind.removesuffix("Chunk"), kind))
+    base = _BASE.get(own_type, named) if isinstance(own_type, str) else named
     role = data.get("role") if base == "chat" else _ROLES.get(base, base)
     hint: dict[str, Any] = {"keys": [key for key in data if key in _OWN]}
     message: dict[str, Any] = {"role": role if isinstance(role, str) and role else "unknown"}
@@ -140,20 +141,12 @@ def _message(kind: str, data: dict[str, Any], where: str) -> dict[str, Any]:
         if key in data:
             message[key] = data[key]
     calls = [
-        *(
-            _tool_call(call, False, f"{where}.tool_calls[{i}]")
-            for i, call in enumerate(data.get("tool_calls") or [])
-        ),
-        *(
-            _tool_call(call, True, f"{where}.invalid_tool_calls[{i}]")
-            for i, call in enumerate(data.get("invalid_tool_calls") or [])
-        ),
+        _tool_call(call, key == "invalid_tool_calls", f"{where}.{key}[{index}]")
+        for key in ("tool_calls", "invalid_tool_calls")
+        for index, call in enumerate(array(data.get(key), f"{where}.{key}"))
     ]
     if calls:
         message["tool_calls"] = calls
-    for key in ("tool_calls", "invalid_tool_calls"):
-        if key in data and not isinstance(data[key], list):
-            hint.setdefault("clashing", {})[key] = data[key]
     usage = data.get("usage_metadata")
     if isinstance(usage, dict):
         message["usage"] = {_TOKENS.get(key, key): value for key, value in usage.items()}

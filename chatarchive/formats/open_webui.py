@@ -226,7 +226,7 @@ def from_document(doc: ChatDocument) -> dict[str, Any]:
         parent = node.get("parentId")
         if isinstance(parent, str) and parent in nodes:
             siblings = nodes[parent].setdefault("childrenIds", [])
-            if node_id not in siblings:
+            if isinstance(siblings, list) and node_id not in siblings:
                 siblings.append(node_id)
     order = hint.get("order")
     if isinstance(order, list):
@@ -265,7 +265,8 @@ def _node(message: Message, parent: str | None) -> dict[str, Any]:
     elif not hint or parent is not None:
         node["parentId"] = parent
     if "childrenIds" in hint or not hint:
-        node["childrenIds"] = list(hint.get("childrenIds") or [])
+        children = hint.get("childrenIds", [])
+        node["childrenIds"] = list(children) if isinstance(children, list) else children
     if not hint.get("no_role"):
         node["role"] = hint.get("role", message.role)
     files = hint.get("files")

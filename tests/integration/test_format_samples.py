@@ -95,6 +95,29 @@ def _langchain(record: Any) -> None:
         assert messages_to_dict(messages_from_dict(record)) == record
 
 
+def _gemini(record: Any) -> None:
+    """The google-genai package's types, which refuse keys they do not declare."""
+    from google.genai import types
+
+    contents = record if isinstance(record, list) else record["contents"]
+    for content in contents:
+        types.Content.model_validate(content)
+    if isinstance(record, dict):
+        assert record.keys() <= {
+            "contents",
+            "systemInstruction",
+            "tools",
+            "toolConfig",
+            "safetySettings",
+            "generationConfig",
+            "cachedContent",
+        }
+        types.Content.model_validate(record.get("systemInstruction", {"parts": []}))
+        for tool in record.get("tools", []):
+            types.Tool.model_validate(tool)
+        types.GenerationConfig.model_validate(record.get("generationConfig", {}))
+
+
 #: How the official types check a record of each format.
 OFFICIAL: dict[str, Callable[[Any], None]] = {
     "openai-finetune": _finetune_line,
@@ -103,6 +126,7 @@ OFFICIAL: dict[str, Callable[[Any], None]] = {
     "claude-ai": _claude_ai,
     "open-webui": _open_webui,
     "langchain": _langchain,
+    "gemini": _gemini,
 }
 
 

@@ -248,6 +248,7 @@ NOT_CHATS: list[tuple[Any, str]] = [
         "looks like a conversation of a Claude.ai export, but it has no 'uuid'",
     ),
     ({"title": "t", "mapping": {}}, "looks like a ChatGPT conversation, but it has no 'current_node'"),
+    ({"contents": "Hi"}, "looks like a Gemini request, but its 'contents' is not a list"),
 ]
 
 
@@ -612,6 +613,8 @@ def _replaced(value: Any, path: tuple[Any, ...], new: Any) -> Any:
             format_sample("open-webui", "branched-chat"),
             format_sample("langchain", "messages-to-dict"),
             format_sample("langchain", "dumpd"),
+            format_sample("gemini", "request-tools"),
+            format_sample("gemini", "contents-snake-case"),
         ]
     ),
     data=st.data(),
