@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 from datetime import datetime
 from itertools import count
 from typing import Any, BinaryIO
@@ -111,7 +112,12 @@ def import_(
 
     def documents(moved: Callable[[int, int], None]) -> Iterator[ChatDocument | Mapping[str, Any]]:
         positions = count()
-        for record in records(paths, moved):
+        streamed = formats.gather_streams(
+            records(paths, moved),
+            lambda record: None if record.error is not None else record.value,
+            lambda first, events: replace(first, value=events),
+        )
+        for record in streamed:
             try:
                 document = _document(record, fmt)
             except ChatArchiveError as exc:

@@ -30,7 +30,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from chatarchive._arguments import require_text
 from chatarchive._document import ChatDocument
@@ -48,6 +48,7 @@ from . import (
     malevich,
     masterbrain,
     open_webui,
+    openai_completions,
     openai_messages,
     openai_responses,
     preference,
@@ -55,7 +56,17 @@ from . import (
 )
 from .finetune import Filters, Selection
 
-__all__ = ["DATASET_FORMATS", "EXPORT_FORMATS", "IMPORT_FORMATS", "detect", "export", "to_document"]
+__all__ = [
+    "DATASET_FORMATS",
+    "EXPORT_FORMATS",
+    "IMPORT_FORMATS",
+    "detect",
+    "export",
+    "gather_streams",
+    "to_document",
+]
+
+R = TypeVar("R")
 
 #: Formats in the order auto-detection tries them, the most specific first:
 #: an object with a ``messages`` list is a canonical document unless it is
@@ -65,6 +76,7 @@ IMPORT_FORMATS = {
     "openai-finetune": finetune,
     "anthropic": anthropic,
     "openai-responses": openai_responses,
+    "openai-completion": openai_completions,
     "canonical": canonical,
     "masterbrain": masterbrain,
     "chatgpt": chatgpt,
@@ -134,14 +146,6 @@ def detect(data: Any) -> str:
 #: by their signature: what each one is.
 _SIGNATURES: tuple[tuple[Callable[[dict[str, Any]], bool], str], ...] = (
     (
-        lambda d: d.get("object") == "chat.completion",
-        "an OpenAI chat completion: record it with record_completion",
-    ),
-    (
-        lambda d: d.get("object") == "chat.completion.chunk",
-        "an OpenAI chat-completion chunk: assemble a stream's chunks with record_completion",
-    ),
-    (
         lambda d: str(anthropic.kind_of(d) or "").startswith("response."),
         "an OpenAI Responses API stream event: a stream's events import together, from response.created "
         "to response.completed (a JSON list of them, or their lines in one file)",
@@ -169,6 +173,64 @@ _SIGNATURES: tuple[tuple[Callable[[dict[str, Any]], bool], str], ...] = (
         "a Gemini request, but its 'contents' is not a list of {'role', 'parts'}",
     ),
 )
+
+
+def _stream_of(value: Any) -> tuple[str, Any] | None:
+    """Which stream an event belongs to, ``(kind, key)``, or ``None`` for a
+    record that is no stream event."""
+    if openai_completions.is_chunk(value):
+        return "chunk", value.get("id")
+    kind = anthropic.kind_of(value) if isinstance(value, dict) else None
+    if kind in anthropic.STREAM_EVENTS:
+        return "anthropic", None
+    if kind is not None and kind.startswith("response."):
+        return "responses", None
+    return None
+
+
+#: The events that start a stream, and those that end one.
+_STREAM_STARTS = frozenset({"message_start", "response.created"})
+_STREAM_ENDS = frozenset({"message_stop", "response.completed", "response.incomplete", "response.failed"})
+
+
+def gather_streams(
+    records: Iterable[R], value: Callable[[R], Any], joined: Callable[[R, list[Any]], R]
+) -> Iterator[R]:
+    """``records`` as they come, except that each run of stream events
+    (chat-completion chunks of one response, an Anthropic Messages stream
+    from ``message_start`` to ``message_stop``, a Responses API stream from
+    ``response.created`` to its end) is one record, ``joined(first, events)``:
+    JSON Lines written as a stream arrived import as the one message it
+    amounts to. ``value(record)`` is a record's JSON value (``None`` for one
+    that could not be read)."""
+    first: R | None = None
+    events: list[Any] = []
+    current: tuple[str, Any] | None = None
+    for record in records:
+        event = value(record)
+        stream = _stream_of(event)
+        kind = anthropic.kind_of(event) if isinstance(event, dict) else None
+        continues = (
+            current is not None
+            and stream is not None
+            and stream[0] == current[0]
+            and (stream[0] != "chunk" or stream[1] == current[1] or stream[1] is None)
+            and kind not in _STREAM_STARTS
+        )
+        if not continues and first is not None:
+            yield joined(first, events)
+            first, events, current = None, [], None
+        if stream is None:
+            yield record
+            continue
+        if first is None:
+            first, current = record, stream
+        events.append(event)
+        if kind in _STREAM_ENDS:
+            yield joined(first, events)
+            first, events, current = None, [], None
+    if first is not None:
+        yield joined(first, events)
 
 
 def _not_a_chat(data: Any) -> str:

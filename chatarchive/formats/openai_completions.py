@@ -26,12 +26,40 @@ from collections.abc import Iterable
 from typing import Any
 
 from chatarchive._arguments import is_whole_number
+from chatarchive._document import ChatDocument
 from chatarchive._exceptions import InvalidArgument, InvalidDocument
 
 from ._seconds import time_of
 from ._shapes import array, json_object, plain, text
 
-__all__ = ["assemble_chunks", "message_from_completion"]
+__all__ = ["assemble_chunks", "is_chunk", "looks_like", "message_from_completion", "to_document"]
+
+
+def is_chunk(data: Any) -> bool:
+    return isinstance(data, dict) and data.get("object") == "chat.completion.chunk"
+
+
+def looks_like(data: Any) -> bool:
+    """A chat completion, a streamed chunk, or a list of chunks."""
+    if isinstance(data, list):
+        return bool(data) and all(is_chunk(item) for item in data)
+    return is_chunk(data) or (isinstance(data, dict) and data.get("object") == "chat.completion")
+
+
+def to_document(data: Any) -> ChatDocument:
+    """A chat of one message: the assistant message of the completion's first
+    choice (of the completion the chunks amount to), as ``record_completion``
+    appends it; the completion's model is the chat's. Import only: the
+    message is stored as ``record_completion`` stores it."""
+    if not looks_like(data):
+        raise InvalidDocument(
+            'a chat completion has "object": "chat.completion"; its stream, chunks of "chat.completion.chunk"'
+        )
+    message = message_from_completion([data] if is_chunk(data) else data)
+    document: dict[str, Any] = {"messages": [message]}
+    if isinstance(message.get("model"), str):
+        document["model"] = message["model"]
+    return ChatDocument.parse(document)
 
 
 def message_from_completion(completion: Any, *, choice: int = 0) -> dict[str, Any]:

@@ -82,3 +82,44 @@ def test_stats_by_day_and_model_are_the_sources_own_after_an_import(tmp_path: An
 
     assert [(row["day"], row["model"]) for row in stats("day")] == [("2026-01-01", "gpt-4o")]
     assert [row["model"] for row in stats("model")] == ["gpt-4o"]
+
+
+def test_streams_written_as_json_lines_import_as_the_message_they_amount_to(tmp_path: Any) -> None:
+    """Chunks of a chat completion, an Anthropic Messages stream and a
+    Responses API stream, each event a line: one chat each, its one answer
+    assembled (they imported as one empty chat per event)."""
+    from click.testing import CliRunner
+
+    from chatarchive import ChatArchive
+    from chatarchive.cli import main
+    from tests.integration.test_anthropic import events_of as anthropic_events
+    from tests.integration.test_openai_responses import events_of as responses_events
+    from tests.support.samples import completion_chunk, format_sample
+
+    chunks = [
+        completion_chunk({"role": "assistant", "content": "Primer "}).model_dump(mode="json"),
+        completion_chunk({"content": "dimers."}, finish="stop").model_dump(mode="json"),
+    ]
+    anthropic = anthropic_events(format_sample("anthropic", "response-tool-use"))
+    responses = responses_events(format_sample("openai-responses", "response-built-in-tools"))
+    lines = [
+        *chunks,
+        *anthropic,
+        *responses,
+        {"messages": [{"role": "user", "content": "hi"}], "chat_id": "plain"},
+    ]
+    path = tmp_path / "streams.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    url = f"sqlite:///{tmp_path / 'streams.db'}"
+    runner = CliRunner()
+    assert runner.invoke(main, ["--db", url, "db", "upgrade"]).exit_code == 0
+    result = runner.invoke(main, ["--db", url, "import", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "imported 4 chats" in result.output
+    with ChatArchive(url) as archive:
+        chats = [archive.get(chat_id) for chat_id in archive.chat_ids()]
+    by_model = {chat.model: chat for chat in chats}
+    assert by_model["gpt-4o"].messages[0].content == "Primer dimers."
+    assert by_model["claude-sonnet-4-5-20250929"].messages[0].finish_reason == "tool_use"
+    assert len(by_model["gpt-5-2025-08-07"].messages) == 5
+    assert by_model[None].chat_id == "plain"

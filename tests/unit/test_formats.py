@@ -229,8 +229,8 @@ NOT_CHATS: list[tuple[Any, str]] = [
     ([1, 2], "a list that is not a message list"),
     (42, "a JSON number, not an object or a list"),
     (None, "a JSON null"),
-    ({"object": "chat.completion", "choices": []}, "looks like an OpenAI chat completion: record it"),
-    ({"object": "chat.completion.chunk", "choices": []}, "looks like an OpenAI chat-completion chunk"),
+    ({"object": "chat.completion", "choices": []}, "the completion has no choices"),
+    ({"object": "chat.completion.chunk", "choices": []}, "the completion has no choices"),
     (
         {"type": "response.output_text.delta", "delta": "Hi"},
         "looks like an OpenAI Responses API stream event: a stream's events import together",
@@ -253,10 +253,8 @@ NOT_CHATS: list[tuple[Any, str]] = [
 
 
 @pytest.mark.parametrize(("record", "reason"), NOT_CHATS)
-def test_a_record_in_no_known_format_is_refused_saying_what_it_looks_like(record: Any, reason: str) -> None:
+def test_a_record_that_is_no_chat_is_refused_saying_what_it_looks_like(record: Any, reason: str) -> None:
     with pytest.raises(InvalidDocument, match=reason):
-        formats.detect(record)
-    with pytest.raises(InvalidDocument):
         formats.to_document(record)
 
 
