@@ -161,6 +161,14 @@ _SIGNATURES: tuple[tuple[Callable[[dict[str, Any]], bool], str], ...] = (
         "once it is",
     ),
     (
+        lambda d: "conversations" in d,
+        "a ShareGPT record, but its 'conversations' is not a list of turns (objects with 'from')",
+    ),
+    (
+        lambda d: "main_messages" in d,
+        "a Masterbrain ChatDoc, but its 'main_messages' is not a list, or is empty with no other ChatDoc key",
+    ),
+    (
         lambda d: "chat_messages" in d,
         "a conversation of a Claude.ai export, but it has no 'uuid' or its 'chat_messages' is not a list",
     ),

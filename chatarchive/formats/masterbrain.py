@@ -59,8 +59,21 @@ _MAPPED = frozenset(
 )
 
 
+#: The ChatDoc keys besides ``main_messages`` that only a ChatDoc has.
+_OWN_KEYS = frozenset(
+    {"scenario_messages", "human_feedback", "system_message_name", "function_names", "scenario"}
+)
+
+
 def looks_like(data: Any) -> bool:
-    return isinstance(data, dict) and "main_messages" in data
+    """A ``main_messages`` list with messages in it, or beside another key
+    only a ChatDoc has (``scenario_messages``, ``human_feedback``...): an
+    object with an empty ``main_messages`` and nothing else is no chat."""
+    return (
+        isinstance(data, dict)
+        and isinstance(data.get("main_messages"), list)
+        and (bool(data["main_messages"]) or bool(_OWN_KEYS & data.keys()))
+    )
 
 
 def _time(value: Any) -> datetime | None:

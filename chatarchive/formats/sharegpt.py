@@ -29,8 +29,14 @@ _SET_ASIDE = frozenset({"role", "content", KEY, *ARCHIVE_MESSAGE_FIELDS})
 
 
 def looks_like(data: Any) -> bool:
+    """A ``conversations`` list of turns, each with ``from``; an empty one is
+    no chat (ShareGPT has no record of an empty conversation)."""
     turns = data.get("conversations") if isinstance(data, dict) else None
-    return isinstance(turns, list) and all(isinstance(turn, dict) and "from" in turn for turn in turns)
+    return (
+        isinstance(turns, list)
+        and bool(turns)
+        and all(isinstance(turn, dict) and "from" in turn for turn in turns)
+    )
 
 
 def to_document(data: Any) -> ChatDocument:

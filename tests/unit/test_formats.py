@@ -249,6 +249,12 @@ NOT_CHATS: list[tuple[Any, str]] = [
     ),
     ({"title": "t", "mapping": {}}, "looks like a ChatGPT conversation, but it has no 'current_node'"),
     ({"contents": "Hi"}, "looks like a Gemini request, but its 'contents' is not a list"),
+    ({"conversations": []}, "looks like a ShareGPT record, but its 'conversations' is not a list of turns"),
+    ({"conversations": [{"value": "hi"}]}, "looks like a ShareGPT record"),
+    (
+        {"main_messages": []},
+        "looks like a Masterbrain ChatDoc, but its 'main_messages' is not a list, or is empty",
+    ),
 ]
 
 
