@@ -35,7 +35,7 @@ from chatarchive.formats.finetune import Filters, Selection
 from .app import INTERRUPTED, archive, chat_filter_options, count_of_chats, fail, main, moment
 from .rendering import literal, stderr
 
-__all__ = ["export", "import_", "records"]
+__all__ = ["export", "formats_", "import_", "records"]
 
 
 @main.command("import")
@@ -78,12 +78,17 @@ def import_(
 
     A file may hold one record, a list of records (read one at a time, so
     memory does not grow with the file), JSON Lines of them, or records one
-    after another (jq output); a record is a chat document, a bare OpenAI
-    message list (one chat), a Masterbrain ChatDoc, a Malevich message list, a
-    ShareGPT record, or a ChatGPT conversation (conversations.json; from the
-    export's zip: unzip -p export.zip conversations.json | chatarchive import -).
-    Chats already stored with the same chat_id are replaced. Bad records are
-    reported with file and line; the good ones are kept (unless --strict).
+    after another (jq output); a record is a chat in any format 'chatarchive
+    formats' lists: a chat document, an OpenAI message list, Responses API
+    items or response, an Anthropic Messages request or response, Gemini
+    contents, LangChain messages, a ChatGPT, Claude.ai or Open WebUI
+    conversation (from an export's zip: unzip -p export.zip conversations.json
+    | chatarchive import -), a Masterbrain ChatDoc, a Malevich message list, a
+    ShareGPT record or a fine-tuning line. Streams (chat-completion chunks,
+    Anthropic or Responses API events), one event a line, import as the message
+    they amount to. Chats already stored with the same chat_id are replaced.
+    Bad records are reported with file and line; the good ones are kept
+    (unless --strict).
     """
     if writers > 1 and (strict or bulk):
         raise click.UsageError("--writers takes one transaction per batch: not with --strict or --bulk")
@@ -231,6 +236,14 @@ def _progress(total: int | None) -> Iterator[Callable[[int, int], None]]:
         yield lambda records, position: progress.update(task, completed=position, records=records)
 
 
+@main.command("formats")
+def formats_() -> None:
+    """The formats chatarchive imports and exports, and what each can do
+    (record: the API method that appends a response; convert: to
+    chat-completions messages)."""
+    click.echo(formats.matrix_markdown(), nl=False)
+
+
 @main.command("export")
 @chat_filter_options
 @click.option(
@@ -239,9 +252,9 @@ def _progress(total: int | None) -> Iterator[Callable[[int, int], None]]:
     type=click.Choice(list({**EXPORT_FORMATS, **DATASET_FORMATS})),
     default="canonical",
     show_default=True,
-    help="canonical: whole documents, every branch; openai: each chat's active path; openai-finetune: "
-    "training lines; openai-preference, dpo: preference pairs of regenerated answers, one a line; "
-    "masterbrain, malevich, sharegpt, chatgpt: those formats.",
+    help="canonical: whole documents, every branch; chat-completions: each chat's active path as the "
+    "messages OpenAI's API takes; openai-finetune: training lines; openai-preference, dpo: preference "
+    "pairs of regenerated answers, one a line; the others: those formats ('chatarchive formats' lists them).",
 )
 @click.option(
     "--min-score",

@@ -7,21 +7,10 @@ to rows), in its own module, with the same three functions:
 - ``to_document(data) -> ChatDocument``: import (raises ``InvalidDocument``);
 - ``from_document(doc) -> Any``: export, a JSON-ready value.
 
-=================  =============================================  =====================
-format             what                                           round trip
-=================  =============================================  =====================
-``canonical``      chatarchive's own JSON document                exact
-``openai``         a bare OpenAI chat-completions message list    exact (messages only)
-``masterbrain``    Airalogy Masterbrain ``ChatDoc``                exact
-``malevich``       a list of Malevich Brain messages              exact (timestamps as instants)
-``sharegpt``       ``{"conversations": [{"from", "value"}]}``      exact
-``chatgpt``        one conversation of ChatGPT's data export      exact (all branches; see the formats guide)
-``anthropic``      an Anthropic Messages request, response or     JSON-equal
-                   stream (assembled)
-``openai-finetune`` fine-tuning JSONL lines                       exact (the keys fine-tuning knows)
-``openai-preference`` preference fine-tuning JSONL (export only)  -
-``dpo``            DPO JSONL as TRL reads it (export only)         -
-=================  =============================================  =====================
+``FORMATS`` describes each format, and ``matrix()`` says what each one can
+do: import, export, record (the API method that appends one response of
+that API to a chat) and convert (to OpenAI chat-completions messages, the
+``chat-completions`` export).
 """
 
 from __future__ import annotations
@@ -29,6 +18,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -59,10 +49,16 @@ from .finetune import Filters, Selection
 __all__ = [
     "DATASET_FORMATS",
     "EXPORT_FORMATS",
+    "FORMATS",
     "IMPORT_FORMATS",
+    "RECORDERS",
+    "Format",
+    "Support",
     "detect",
     "export",
     "gather_streams",
+    "matrix",
+    "matrix_markdown",
     "to_document",
 ]
 
@@ -128,6 +124,102 @@ DATASET_FORMATS: dict[
     "openai-preference": partial(preference.select, line=preference.openai_preference),
     "dpo": partial(preference.select, line=preference.dpo),
 }
+
+
+@dataclass(frozen=True)
+class Format:
+    """What a format is, and how exactly its records come back."""
+
+    what: str
+    round_trip: str
+
+
+#: Every format, in the order the documentation lists them.
+FORMATS: dict[str, Format] = {
+    "canonical": Format("chatarchive's own document JSON", "exact, every branch"),
+    "openai": Format("a bare chat-completions message list (one chat)", "exact (messages only)"),
+    "openai-completion": Format("a chat completion, or its streamed chunks", "import only: the answer"),
+    "chat-completions": Format("any chat as the messages OpenAI's chat-completions API takes", "-"),
+    "openai-responses": Format(
+        "OpenAI Responses API input items, a Response, or its stream events", "JSON-equal"
+    ),
+    "anthropic": Format("an Anthropic Messages request, a response, or its stream events", "JSON-equal"),
+    "gemini": Format("a Gemini generateContent request, or its contents", "JSON-equal"),
+    "langchain": Format("LangChain messages (messages_to_dict or dumpd)", "JSON-equal"),
+    "chatgpt": Format("a conversation of ChatGPT's conversations.json", "exact, every branch"),
+    "claude-ai": Format("a conversation of Claude.ai's conversations.json", "JSON-equal, every branch"),
+    "open-webui": Format("a chat of Open WebUI's export", "JSON-equal, every branch"),
+    "masterbrain": Format("an Airalogy Masterbrain ChatDoc", "exact"),
+    "malevich": Format("a list of Malevich Brain messages", "exact (timestamps as instants)"),
+    "sharegpt": Format('{"conversations": [{"from", "value"}]}', "exact"),
+    "openai-finetune": Format("OpenAI fine-tuning JSONL", "exact (the keys fine-tuning knows)"),
+    "openai-preference": Format("OpenAI preference fine-tuning JSONL", "-"),
+    "dpo": Format("DPO JSONL, as TRL reads it", "-"),
+}
+
+#: The method of ``ChatArchive`` (and of the repositories) that appends one
+#: response of a format's API to a chat.
+RECORDERS = {
+    "openai-completion": "record_completion",
+    "openai-responses": "record_response",
+    "anthropic": "record_message",
+}
+
+
+@dataclass(frozen=True)
+class Support:
+    """One row of the format matrix."""
+
+    name: str
+    what: str
+    imports: bool
+    exports: bool
+    record: str | None
+    converts: bool
+    round_trip: str
+
+
+def matrix() -> list[Support]:
+    """What each format can do: read from the registries themselves, so that
+    the documentation's matrix (checked against this by a test) cannot drift.
+
+    Examples:
+        >>> [row.record for row in matrix() if row.name == "anthropic"]
+        ['record_message']
+    """
+    exported = EXPORT_FORMATS.keys() | DATASET_FORMATS.keys()
+    return [
+        Support(
+            name=name,
+            what=described.what,
+            imports=name in IMPORT_FORMATS,
+            exports=name in exported,
+            record=RECORDERS.get(name),
+            converts=name in IMPORT_FORMATS,  # any imported chat exports as chat-completions
+            round_trip=described.round_trip,
+        )
+        for name, described in FORMATS.items()
+    ]
+
+
+def matrix_markdown() -> str:
+    """The format matrix as a Markdown table (the documentation's)."""
+    lines = [
+        "| format | what | import | export | record | convert | round trip |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in matrix():
+        cells = [
+            f"`{row.name}`",
+            row.what.replace("|", "\\|"),
+            "yes" if row.imports else "-",
+            "yes" if row.exports else "-",
+            f"`{row.record}`" if row.record else "-",
+            "yes" if row.converts else "-",
+            row.round_trip,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def detect(data: Any) -> str:

@@ -84,3 +84,19 @@ def test_the_tests_the_documentation_names_exist() -> None:
         if name not in (defined.get(file, set()) if file else everywhere)
     ]
     assert missing == []
+
+
+def test_the_format_matrix_is_the_codes() -> None:
+    """The formats guide's matrix is what chatarchive.formats.matrix() says,
+    and each format's record method exists on the archive and repositories."""
+    from chatarchive import AsyncChatArchive, AsyncChatRepository, ChatArchive, ChatRepository, formats
+
+    guide = (ROOT / "docs" / "guide" / "formats.md").read_text(encoding="utf-8")
+    start = guide.index("\n", guide.index("<!-- format-matrix")) + 1
+    assert guide[start : guide.index("<!-- /format-matrix -->")] == formats.matrix_markdown()
+    assert {row.name for row in formats.matrix()} == (
+        formats.IMPORT_FORMATS.keys() | formats.EXPORT_FORMATS.keys() | formats.DATASET_FORMATS.keys()
+    )
+    for method in formats.RECORDERS.values():
+        for face in (ChatArchive, ChatRepository, AsyncChatArchive, AsyncChatRepository):
+            assert callable(getattr(face, method)), (face, method)
