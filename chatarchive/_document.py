@@ -533,6 +533,15 @@ class ChatDocument(_Record):
         require_many(messages, "messages", "messages")
         return cls.parse({**chat_fields, "messages": list(messages)})
 
+    def approximate_size(self) -> int:
+        """About the UTF-8 size of the document's text: its messages' strings
+        (content, tool calls, unknown keys...) and its own JSON fields."""
+        own = sum(
+            _size(value)
+            for value in (self.model_settings, self.workflow, self.metadata, self.__pydantic_extra__)
+        )
+        return own + sum(message._approximate_size() + 64 for message in self.messages)
+
     def to_openai(self) -> list[dict[str, Any]]:
         """The active path's messages exactly as they came in, archive fields left out."""
         return [message.to_openai() for message in self.path()]

@@ -239,11 +239,7 @@ class _Text:
         ``at_least`` characters came, or the end. False at the end."""
         if self._ended:
             return False
-        self.line()
-        newline = self.text.rfind("\n", 0, self.pos)
-        self._column = self.pos - newline - 1 if newline >= 0 else self._column + self.pos
-        pieces = [self.text[self.pos :]]
-        self.pos = self._counted = 0
+        pieces = [self._rest()]
         added = 0
         while added < at_least:
             piece = self._stream.readline(_PIECE)
@@ -257,6 +253,23 @@ class _Text:
             added += len(piece)
         self.text = "".join(pieces)
         return added > 0
+
+    def _rest(self) -> str:
+        """What is not consumed yet, the window starting there (line and
+        column kept)."""
+        self.line()
+        newline = self.text.rfind("\n", 0, self.pos)
+        self._column = self.pos - newline - 1 if newline >= 0 else self._column + self.pos
+        rest = self.text[self.pos :]
+        self.pos = self._counted = 0
+        return rest
+
+    def forget_consumed(self) -> None:
+        """Let go of the text of the values read so far, when it is large: a
+        list's long item would otherwise stay in memory, as text, while its
+        record is converted and written."""
+        if self.pos > _PIECE:
+            self.text = self._rest()
 
     def find(self, pattern: re.Pattern[str]) -> int | None:
         """Where ``pattern`` next matches from ``pos``, reading on as needed
@@ -362,7 +375,11 @@ def _items(text: _Text, source: str) -> Iterator[Record]:
         text.pos += 1
         return
     for index in count():
-        yield Record(source, text.line(), text.value(), index=index)
+        line = text.line()
+        value = text.value()
+        text.forget_consumed()
+        yield Record(source, line, value, index=index)
+        del value  # the record is the reader's to keep or drop
         separator = text.next_char()
         text.pos += 1
         if separator == "]":

@@ -25,6 +25,7 @@ from chatarchive._rows import ChatRows, document_to_rows
 
 __all__ = [
     "AHEAD",
+    "BATCH_BYTES",
     "INPUT_WAIT",
     "MAX_BATCH_SIZE",
     "Batches",
@@ -38,13 +39,15 @@ __all__ = [
 
 @dataclass
 class PreparedBatch:
-    """Up to ``batch_size`` input items: the valid documents' rows by chat id
-    (with their index in the input; a later copy of a chat replaces an earlier
-    one), and the invalid items' errors."""
+    """Up to ``batch_size`` input items (and about ``BATCH_BYTES`` of text):
+    the valid documents' rows by chat id (with their index in the input; a
+    later copy of a chat replaces an earlier one), and the invalid items'
+    errors."""
 
     documents: dict[str, tuple[int, ChatRows]] = field(default_factory=dict)
     errors: list[tuple[int, InvalidDocument]] = field(default_factory=list)
     size: int = 0
+    bytes: int = 0
 
     def report_errors(self, on_error: Callable[[int, InvalidDocument], None] | None) -> None:
         """Tell ``on_error`` about each invalid item; without it, raise the first."""
@@ -62,6 +65,14 @@ MAX_BATCH_SIZE = 10_000
 #: Batches prepared ahead of the writer: enough to keep it busy, few enough to
 #: keep memory bounded.
 AHEAD = 2
+
+#: The most text one batch holds: the UTF-8 bytes of its documents' strings
+#: (``ChatDocument.approximate_size``). A batch ends at ``batch_size``
+#: documents or at this size, whichever comes first, so that the memory of an
+#: import is bounded by bytes, not by chats: a batch of long conversations is
+#: a few chats, a batch of short ones ``batch_size``. At this size a batch is
+#: still thousands of rows, as fast to write as a larger one.
+BATCH_BYTES = 2 * 2**20
 
 
 def check_save_many(
@@ -147,6 +158,7 @@ def prepared_batches(
             finally:
                 reading.clear()
             yield item
+            del item  # not held while the next one is read
 
     def put(item: object) -> bool:
         while not stop.is_set():
@@ -173,11 +185,13 @@ def prepared_batches(
                         break
                     continue
                 batch.documents[doc.chat_id] = (index, document_to_rows(doc, now=now, version=1))
+                batch.bytes += doc.approximate_size()
+                del doc, item  # only the rows are kept: the document's objects go now
                 if index % 4 == 0:
                     # Hand the GIL back: the writer needs it only briefly, but
                     # promptly, between its waits for the server.
                     time.sleep(0)
-                if batch.size >= batch_size:
+                if batch.size >= batch_size or batch.bytes >= BATCH_BYTES:
                     if not put(batch):
                         return
                     batch = PreparedBatch()

@@ -13,6 +13,8 @@ import gc
 import json
 import random
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -34,7 +36,7 @@ from chatarchive._engine import create_engine, database_url
 from chatarchive._rows import ChatRows, document_to_rows
 from chatarchive._schema import PG_SEARCH_INDEXES, metadata
 
-from .workload import generate_chats, search_terms
+from .workload import chatgpt_export, generate_chats, search_terms
 
 __all__ = ["BenchReport", "run_bench"]
 
@@ -111,6 +113,9 @@ class BenchReport:
             "append_chunk at 10,000 / at 10 chunks": self.ratio(
                 "append_chunk_at_10000_ms", "append_chunk_at_10_ms"
             ),
+            "import peak RSS above the baseline / largest chat": self.ratio(
+                "import_peak_above_baseline_mib", "import_largest_chat_mib"
+            ),
         }
 
     def as_dict(self) -> dict[str, Any]:
@@ -135,6 +140,7 @@ def run_bench(
     keep: bool = False,
     analytics: bool = False,
     streaming: bool = False,
+    import_memory: float = 0,
     progress: Progress | None = None,
 ) -> BenchReport:
     """Load and read the synthetic workload; see the module docstring."""
@@ -151,10 +157,40 @@ def run_bench(
         try:
             archive.upgrade()
             bench = _Bench(archive, engine, docs, runs, seed, report_progress)
-            return bench.run(analytics=analytics, streaming=streaming)
+            return bench.run(analytics=analytics, streaming=streaming, import_memory=import_memory)
         finally:
             engine.dispose()
             gc.unfreeze()
+
+
+#: Run in the measured process: ``chatarchive``, and at exit its peak resident
+#: memory since it started (``VmHWM``: the fork it came from is not counted,
+#: as it is in ``ru_maxrss``), on standard error's last line.
+_MEASURED = """
+import atexit, sys
+def _peak():
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("VmHWM:"))
+    sys.stderr.write("\\npeak " + line.split()[1] + "\\n")
+atexit.register(_peak)
+from chatarchive.cli import main
+main()
+"""
+
+
+def _peak_rss_of(arguments: list[str]) -> int:
+    """The peak resident memory, in bytes, of ``chatarchive ARGUMENTS`` run
+    in a process of its own (Linux)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURED, *arguments],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        check=False,
+    )
+    errors = done.stderr.decode(errors="replace")
+    if done.returncode != 0 or "\npeak " not in errors:
+        raise RuntimeError(f"chatarchive {' '.join(arguments[2:])} failed: {errors}")
+    return int(errors.rsplit("\npeak ", 1)[1].split()[0]) * 1024
 
 
 @contextmanager
@@ -226,7 +262,9 @@ class _Bench:
         self.message_total = sum(len(doc["messages"]) for doc in docs)
         self.figures: dict[str, float | None] = {}
 
-    def run(self, *, analytics: bool = False, streaming: bool = False) -> BenchReport:
+    def run(
+        self, *, analytics: bool = False, streaming: bool = False, import_memory: float = 0
+    ) -> BenchReport:
         tool_calls = sum(len(m.get("tool_calls") or ()) for doc in self.docs for m in doc["messages"])
         try:
             self._ingest()
@@ -237,6 +275,8 @@ class _Bench:
             if streaming:
                 self._streaming()
             self._memory()
+            if import_memory:
+                self._import_memory(import_memory)
         finally:
             self._drop_references()
         return BenchReport(
@@ -667,3 +707,33 @@ class _Bench:
             tracemalloc.stop()
         self.figures["save_many_peak_mib"] = peak / 2**20
         self.progress("memory", 1, 1)
+
+    def _import_memory(self, megabytes: float) -> None:
+        """Peak resident memory of ``chatarchive import`` of a generated ChatGPT
+        export of ``megabytes`` MB (one JSON list on one line, as the export
+        writes it), in a process of its own; and of the same command importing
+        one empty chat, the baseline (the interpreter and the libraries)."""
+        self.progress("import memory", 0, 2)
+        self._truncate()
+        with tempfile.TemporaryDirectory() as folder:
+            export, tiny = Path(folder) / "conversations.json", Path(folder) / "tiny.json"
+            largest = 0
+            with export.open("w", encoding="utf-8") as out:
+                out.write("[")
+                for number, conversation in enumerate(chatgpt_export(megabytes)):
+                    line = json.dumps(conversation)
+                    largest = max(largest, len(line))
+                    out.write(("," if number else "") + line)
+                out.write("]")
+            tiny.write_text('{"chat_id": "bench-tiny", "messages": []}', encoding="utf-8")
+            url = self.engine.url.render_as_string(hide_password=False)
+            baseline = _peak_rss_of(["--db", url, "import", str(tiny)])
+            self.progress("import memory", 1, 2)
+            peak = _peak_rss_of(["--db", url, "import", str(export)])
+            self.figures["import_file_mib"] = export.stat().st_size / 2**20
+        self._truncate()
+        self.figures["import_largest_chat_mib"] = largest / 2**20
+        self.figures["import_baseline_rss_mib"] = baseline / 2**20
+        self.figures["import_peak_rss_mib"] = peak / 2**20
+        self.figures["import_peak_above_baseline_mib"] = (peak - baseline) / 2**20
+        self.progress("import memory", 2, 2)

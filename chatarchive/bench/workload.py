@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from itertools import accumulate
 from typing import Any
 
-__all__ = ["generate_chats", "search_terms"]
+__all__ = ["chatgpt_export", "generate_chats", "search_terms"]
 
 _LETTERS = "etaoinshrdlcumwfgypbvkjxqz"
 
@@ -178,3 +178,70 @@ def search_terms() -> list[str]:
         f"{words[50]} -{words[0]}",
         f"{words[700]} or {words[900]}",
     ]
+
+
+def chatgpt_export(megabytes: float, seed: int = 0) -> Iterator[dict[str, Any]]:
+    """Conversations of ChatGPT's data export (``conversations.json``), about
+    ``megabytes`` MB of JSON in all: trees with a regenerated answer now and
+    then, a model on each answer, times, and sizes spread as real exports'
+    are (most conversations a few kB to a few tens of kB, one in fifty a long
+    working session of a megabyte or more).
+
+    The same arguments always give the same conversations.
+    """
+    rng = random.Random(seed)
+    budget = int(megabytes * 1_000_000)
+    number = 0
+    while budget > 0:
+        turns = rng.choice((2, 4, 6, 10, 16, 30)) if rng.random() > 0.02 else rng.randrange(300, 900)
+        conversation = _conversation(rng, number, turns)
+        budget -= len(json.dumps(conversation))
+        number += 1
+        yield conversation
+
+
+def _conversation(rng: random.Random, number: int, turns: int) -> dict[str, Any]:
+    start = (_EPOCH + timedelta(minutes=37 * number)).timestamp()
+    mapping: dict[str, Any] = {"root": _node("root", None, None)}
+    parent = "root"
+    for turn in range(turns):
+        role = "user" if turn % 2 == 0 else "assistant"
+        words = rng.randrange(10, 60) if role == "user" else rng.randrange(80, 700)
+        node_id = f"c{number}-n{turn}"
+        message = {
+            "id": f"m-{node_id}",
+            "author": {"role": role, "name": None, "metadata": {}},
+            "create_time": start + 20 * turn,
+            "update_time": None,
+            "content": {"content_type": "text", "parts": [_text(rng, words)]},
+            "status": "finished_successfully",
+            "end_turn": role == "assistant",
+            "weight": 1.0,
+            "metadata": {"model_slug": rng.choice(("gpt-4o", "o3", "gpt-4o-mini"))}
+            if role == "assistant"
+            else {},
+            "recipient": "all",
+        }
+        mapping[node_id] = _node(node_id, message, parent)
+        mapping[parent]["children"].append(node_id)
+        if role == "assistant" and rng.random() < 0.1:  # a regenerated answer: a sibling
+            other = f"{node_id}-r"
+            mapping[other] = _node(other, {**message, "id": f"m-{other}"}, parent)
+            mapping[parent]["children"].append(other)
+        parent = node_id
+    return {
+        "title": _text(rng, 5)[:60],
+        "create_time": start,
+        "update_time": start + 20 * turns,
+        "mapping": mapping,
+        "moderation_results": [],
+        "current_node": parent,
+        "conversation_id": f"conv-{number:08d}",
+        "id": f"conv-{number:08d}",
+        "default_model_slug": "gpt-4o",
+        "is_archived": False,
+    }
+
+
+def _node(node_id: str, message: dict[str, Any] | None, parent: str | None) -> dict[str, Any]:
+    return {"id": node_id, "message": message, "parent": parent, "children": []}

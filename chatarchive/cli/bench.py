@@ -37,6 +37,14 @@ __all__ = ["bench"]
 @click.option(
     "--streaming", is_flag=True, help="Also time concurrent streams and append_chunk early and late."
 )
+@click.option(
+    "--import-memory",
+    default=0,
+    type=click.FloatRange(min=0),
+    metavar="MB",
+    help="Also measure the peak memory of 'chatarchive import' of a generated ChatGPT export of MB "
+    "megabytes.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def bench(
     chats: int,
@@ -47,6 +55,7 @@ def bench(
     yes: bool,
     analytics: bool,
     streaming: bool,
+    import_memory: float,
     as_json: bool,
 ) -> None:
     """Measure ingest, reads, storage and memory against the database's own limits.
@@ -75,6 +84,7 @@ def bench(
             keep=keep,
             analytics=analytics,
             streaming=streaming,
+            import_memory=import_memory,
             progress=report,
         )
     if as_json:

@@ -123,21 +123,25 @@ def import_(
             lambda first, events: replace(first, value=events),
         )
         for record in streamed:
+            where = record.where
             try:
                 document = _document(record, fmt)
             except ChatArchiveError as exc:
-                report(record.where, exc)
+                report(where, exc)
                 continue
+            finally:
+                del record  # its parsed JSON goes once converted: memory is bounded by bytes
             chat_id = document.chat_id if isinstance(document, ChatDocument) else document.get("chat_id")
             if isinstance(chat_id, str):
                 if chat_id in first_seen:
-                    duplicates.append((chat_id, first_seen[chat_id], record.where))
+                    duplicates.append((chat_id, first_seen[chat_id], where))
                 else:
-                    first_seen[chat_id] = record.where
-            in_flight[next(positions)] = record.where
+                    first_seen[chat_id] = where
+            in_flight[next(positions)] = where
             if len(in_flight) > remembered:
                 del in_flight[next(iter(in_flight))]
             yield document
+            del document
 
     # The files' sizes, for the progress bar; a missing file is reported before anything is written.
     total = None if "-" in paths else sum(os.stat(path).st_size for path in paths)
@@ -187,6 +191,7 @@ def records(paths: tuple[str, ...], moved: Callable[[int, int], None]) -> Iterat
                 for record in read_records(stream, source):
                     moved(next(records), 0 if stdin else done + raw.tell())
                     yield record
+                    del record  # not held while the next one is read
             except UnicodeDecodeError as exc:
                 yield Record(source, 0, error=f"not UTF-8 text ({exc.reason} at byte {exc.start})")
             except READ_ERRORS as exc:

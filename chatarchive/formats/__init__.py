@@ -321,7 +321,9 @@ def gather_streams(
             yield joined(first, events)
             first, events, current = None, [], None
         if stream is None:
+            del event
             yield record
+            del record  # not held while the next one is read
             continue
         if first is None:
             first, current = record, stream

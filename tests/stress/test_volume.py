@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import tracemalloc
+from pathlib import Path
 
 import pytest
 
@@ -10,7 +12,8 @@ from chatarchive import (
     ChatArchive,
     InvalidDocument,
 )
-from chatarchive.bench.workload import generate_chats
+from chatarchive.bench.runner import _peak_rss_of
+from chatarchive.bench.workload import chatgpt_export, generate_chats
 
 pytestmark = pytest.mark.slow
 
@@ -52,3 +55,33 @@ def test_an_append_of_more_messages_than_a_statement_takes_parameters(
     assert raised.value.message_index == 70_000
     archive.append("long", many)
     assert archive.get("long").messages[-1].uid == "u69999"
+
+
+#: What an import holds besides the chats it reads: the batches in flight
+#: (four, each at most BATCH_BYTES of text, as Python objects). The documented bound.
+IMPORT_MEMORY_CONSTANT = 64 * 2**20
+
+
+def test_import_memory_is_bounded_by_bytes_not_by_chats(tmp_path: Path) -> None:
+    """A 30 MB ChatGPT export (one JSON list on one line) imports within the
+    process's baseline, the batches in flight, and three times its largest
+    chat: 250 chats a batch held every conversation of an export in memory."""
+    largest = 0
+    export = tmp_path / "conversations.json"
+    with export.open("w", encoding="utf-8") as out:
+        out.write("[")
+        for number, conversation in enumerate(chatgpt_export(30, seed=1)):
+            line = json.dumps(conversation)
+            largest = max(largest, len(line))
+            out.write(("," if number else "") + line)
+        out.write("]")
+    tiny = tmp_path / "tiny.json"
+    tiny.write_text('{"chat_id": "tiny", "messages": []}', encoding="utf-8")
+    url = f"sqlite:///{tmp_path / 'import.db'}"
+    with ChatArchive(url) as archive:
+        archive.upgrade()
+    baseline = _peak_rss_of(["--db", url, "import", str(tiny)])
+    peak = _peak_rss_of(["--db", url, "import", str(export)])
+    assert peak - baseline <= IMPORT_MEMORY_CONSTANT + 3 * largest, (baseline, peak, largest)
+    with ChatArchive(url) as archive:
+        assert archive.count_chats() > 500
