@@ -75,13 +75,17 @@ class Record:
 
 
 def is_message_list(value: object) -> bool:
-    """A bare OpenAI message list: objects with a ``role`` and no ``messages``."""
+    """A bare OpenAI message list: objects with a ``role`` and no ``messages``
+    (and that are not API responses, which have a role too: a list of
+    Anthropic responses is a list of records)."""
     return (
         isinstance(value, list)
         and bool(value)
         and all(isinstance(item, dict) for item in value)
         and "role" in value[0]
-        and not any("messages" in item for item in value)
+        and not any(
+            "messages" in item or (item.get("type") == "message" and "stop_reason" in item) for item in value
+        )
     )
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tests.support.samples import (
     CHATGPT,
     MALEVICH,
     MASTERBRAIN,
     SHAREGPT,
+    format_sample,
 )
 
 
@@ -61,8 +64,31 @@ def test_the_cli_imports_and_exports_every_format(tmp_path: Any) -> None:
     assert "Masterbrain" in wrong.output
 
 
-def test_stats_by_day_and_model_are_the_sources_own_after_an_import(tmp_path: Any) -> None:
-    """ChatGPT's create_time and model_slug: stats showed the import's day and no model."""
+@pytest.mark.parametrize(
+    ("record", "days", "models"),
+    [
+        (CHATGPT, [("2026-01-01", "gpt-4o")], ["gpt-4o"]),
+        (
+            format_sample("claude-ai", "branched-thinking-tools"),
+            [("2025-09-01", "claude-sonnet-4-5-20250929")],
+            ["claude-sonnet-4-5-20250929"],
+        ),
+        (format_sample("open-webui", "branched-chat"), [("2024-06-10", "llama3.1:8b")], ["llama3.1:8b"]),
+        (
+            format_sample("openai-responses", "response-built-in-tools"),
+            [("2025-03-08", "gpt-5-2025-08-07")],
+            ["gpt-5-2025-08-07"],
+        ),
+        (format_sample("anthropic", "response-tool-use"), None, ["claude-sonnet-4-5-20250929"]),
+    ],
+    ids=["chatgpt", "claude-ai", "open-webui", "openai-responses", "anthropic"],
+)
+def test_stats_by_day_and_model_are_the_sources_own_after_an_import(
+    tmp_path: Any, record: Any, days: list[tuple[str, str]] | None, models: list[str]
+) -> None:
+    """The source's times and models (ChatGPT's create_time and model_slug,
+    Claude.ai's and Open WebUI's times and models, a response's): stats showed
+    the import's day and no model. (An Anthropic response has no time.)"""
     from click.testing import CliRunner
 
     from chatarchive.cli import main
@@ -71,7 +97,7 @@ def test_stats_by_day_and_model_are_the_sources_own_after_an_import(tmp_path: An
     runner = CliRunner()
     assert runner.invoke(main, ["--db", url, "db", "upgrade"]).exit_code == 0
     path = tmp_path / "conversations.json"
-    path.write_text(json.dumps([CHATGPT]), encoding="utf-8")
+    path.write_text(json.dumps([record]), encoding="utf-8")
     assert runner.invoke(main, ["--db", url, "import", str(path)]).exit_code == 0
 
     def stats(by: str) -> list[dict[str, Any]]:
@@ -80,8 +106,9 @@ def test_stats_by_day_and_model_are_the_sources_own_after_an_import(tmp_path: An
         records: list[dict[str, Any]] = json.loads(result.stdout)
         return records
 
-    assert [(row["day"], row["model"]) for row in stats("day")] == [("2026-01-01", "gpt-4o")]
-    assert [row["model"] for row in stats("model")] == ["gpt-4o"]
+    if days is not None:
+        assert [(row["day"], row["model"]) for row in stats("day")] == days
+    assert [row["model"] for row in stats("model")] == models
 
 
 def test_streams_written_as_json_lines_import_as_the_message_they_amount_to(tmp_path: Any) -> None:
