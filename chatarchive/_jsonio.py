@@ -312,9 +312,35 @@ class _Text:
                 return value
 
     def _read_on(self) -> bool:
-        # At least as much again as the value has so far: each value is parsed a
-        # bounded number of times over.
+        # A long object, list or string: read to its end, found by a scan, and
+        # join the text once. Any other value: at least as much again as it has
+        # so far, so that each value is parsed a bounded number of times over.
+        if len(self.text) - self.pos >= _PIECE and self.text[self.pos] in '[{"':
+            return self._read_to_value_end()
         return self.read(max(_READ, len(self.text) - self.pos))
+
+    def _read_to_value_end(self) -> bool:
+        """Read on until the object, list or string at ``pos`` ends (or the
+        text does), keeping the pieces apart until then: a long value is then
+        in memory once as text, not in a window doubled again and again (a
+        conversation of several megabytes held two or three times its size
+        while it was read). False at the end of the text."""
+        pieces = [self._rest()]
+        scan = _ValueEnd()
+        added = 0
+        if not scan.feed(pieces[0]):
+            while True:
+                piece = self._stream.readline(_PIECE)
+                if not piece:
+                    self._ended = True
+                    break
+                pieces.append(piece)
+                added += len(piece)
+                if scan.feed(piece):
+                    break
+        self.text = "".join(pieces)
+        del pieces
+        return added > 0
 
     def expect_line_end(self, start: int) -> None:
         """Only blanks may follow a value that fills line ``start`` (JSON
@@ -346,6 +372,56 @@ class _Text:
                 partial = ""
         if partial:
             yield partial
+
+
+class _ValueEnd:
+    """Where a JSON object, list or string ends, found in its text given a
+    piece at a time: brackets counted outside strings, strings ended by an
+    unescaped quote (an escape may be cut between two pieces). It does not
+    check the JSON: the parser does, once the text is whole."""
+
+    _SPECIAL = re.compile(r'["\[\]{}]')
+    _IN_STRING = re.compile(r'["\\]')
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.in_string = False
+        self.escaped = False
+
+    def feed(self, piece: str) -> bool:
+        """Scan on through ``piece``; True once the value has ended."""
+        index, end = 0, len(piece)
+        while index < end:
+            if self.in_string:
+                if self.escaped:
+                    self.escaped = False
+                    index += 1
+                    continue
+                found = self._IN_STRING.search(piece, index)
+                if found is None:
+                    return False
+                index = found.end()
+                if found.group() == "\\":
+                    self.escaped = True
+                    continue
+                self.in_string = False
+                if self.depth == 0:  # a string value, whole
+                    return True
+                continue
+            found = self._SPECIAL.search(piece, index)
+            if found is None:
+                return False
+            index = found.end()
+            char = found.group()
+            if char == '"':
+                self.in_string = True
+            elif char in "[{":
+                self.depth += 1
+            else:
+                self.depth -= 1
+                if self.depth <= 0:
+                    return True
+        return False
 
 
 def _value_records(text: _Text, source: str) -> Iterator[Record]:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from itertools import accumulate
 from typing import Any
 
-__all__ = ["chatgpt_export", "generate_chats", "search_terms"]
+__all__ = ["chatgpt_conversation", "chatgpt_export", "generate_chats", "search_terms"]
 
 _LETTERS = "etaoinshrdlcumwfgypbvkjxqz"
 
@@ -194,13 +194,15 @@ def chatgpt_export(megabytes: float, seed: int = 0) -> Iterator[dict[str, Any]]:
     number = 0
     while budget > 0:
         turns = rng.choice((2, 4, 6, 10, 16, 30)) if rng.random() > 0.02 else rng.randrange(300, 900)
-        conversation = _conversation(rng, number, turns)
+        conversation = chatgpt_conversation(rng, number, turns)
         budget -= len(json.dumps(conversation))
         number += 1
         yield conversation
 
 
-def _conversation(rng: random.Random, number: int, turns: int) -> dict[str, Any]:
+def chatgpt_conversation(rng: random.Random, number: int, turns: int) -> dict[str, Any]:
+    """One conversation of ChatGPT's export, of ``turns`` messages (and a
+    regenerated answer for one in ten), numbered ``number``."""
     start = (_EPOCH + timedelta(minutes=37 * number)).timestamp()
     mapping: dict[str, Any] = {"root": _node("root", None, None)}
     parent = "root"

@@ -308,3 +308,25 @@ def test_a_lists_items_are_named_by_their_place() -> None:
         "c.jsonl:2 .[0]",
     ]
     assert where(json.dumps(DOC["messages"]), "chat.json") == ["chat.json:1"]  # one chat, not a list of them
+
+
+@pytest.mark.parametrize("piece", [1, 2, 3, 7, 64])
+def test_a_long_item_is_read_to_its_end_whatever_its_strings_hold(piece: int) -> None:
+    """An item longer than a piece is read to its end by a scan (brackets,
+    quotes and escapes inside strings, an escape cut between two pieces) and
+    parsed once: the same values as json.loads."""
+    tricky = ['a "quoted" [bracket] {brace}', "back\\slash\\", '\\"', "]}", "é\u2028\U0001f600", ""]
+    items: list[Any] = [
+        {"messages": [{"role": "user", "content": text, "n": [1, {"x": [text]}]} for text in tricky * 5]},
+        'a string item ] } " \\ ',
+        [[], {}, [[["deep"]]]],
+        7,
+    ]
+    listed = json.dumps(items, ensure_ascii=False)
+    with patch.object(_jsonio, "_PIECE", piece), patch.object(_jsonio, "_READ", 1):
+        assert [record.value for record in read_records(io.StringIO(listed), "chats.json")] == items
+        cut = listed[: len(listed) // 3]
+        *read, last = read_records(io.StringIO(cut), "chats.json")
+    assert read == []
+    assert last.error is not None
+    assert last.error.startswith("invalid JSON")
