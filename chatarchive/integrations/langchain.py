@@ -1,0 +1,133 @@
+"""LangChain's chat message history, kept in a chat of the archive.
+
+``ChatArchiveMessageHistory`` is a ``BaseChatMessageHistory``: LangChain
+messages (``messages``, ``add_messages``, ``clear`` and their async
+variants) are stored as the ``langchain`` format stores them (see
+``chatarchive.formats.langchain``): roles, content strings and lists, tool
+calls valid and invalid, ``additional_kwargs``, ``response_metadata``,
+``usage_metadata`` (in the token columns), ids and names, all coming back
+equal. Needs ``langchain-core`` (``pip install 'chatarchive[langchain]'``).
+
+Examples:
+    >>> from langchain_core.messages import AIMessage, HumanMessage
+    >>> from chatarchive import ChatArchive
+    >>> archive = ChatArchive("sqlite://")
+    >>> archive.upgrade()
+    >>> history = ChatArchiveMessageHistory(archive, "chat-1", user_id="alice")
+    >>> history.add_messages([HumanMessage("Hi"), AIMessage("Hello!", id="run-1")])
+    >>> [message.type for message in history.messages]
+    ['human', 'ai']
+    >>> archive.get("chat-1").user_id
+    'alice'
+    >>> archive.close()
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.chat_history import BaseChatMessageHistory
+from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
+
+from chatarchive._api import AsyncChatArchive, ChatArchive
+from chatarchive._arguments import require_text
+from chatarchive._exceptions import ChatNotFound, ConflictError, InvalidArgument
+from chatarchive.formats import langchain as langchain_format
+
+__all__ = ["ChatArchiveMessageHistory"]
+
+
+class ChatArchiveMessageHistory(BaseChatMessageHistory):
+    """The messages of chat ``chat_id`` (created, for ``user_id``, with the
+    first message added) as LangChain's message history.
+
+    Args:
+        archive: a ``ChatArchive``, or an ``AsyncChatArchive`` for the async
+            methods (``aget_messages``, ``aadd_messages``, ``aclear``).
+        chat_id: the chat.
+        user_id: the chat's user, when it is created.
+    """
+
+    def __init__(
+        self, archive: ChatArchive | AsyncChatArchive, chat_id: str, *, user_id: str | None = None
+    ) -> None:
+        if not isinstance(archive, (ChatArchive, AsyncChatArchive)):
+            raise InvalidArgument(
+                f"archive must be a ChatArchive or an AsyncChatArchive, not {type(archive).__name__}",
+                argument="archive",
+            )
+        self.archive = archive
+        self.chat_id = require_text(chat_id, "chat_id")
+        self.user_id = user_id
+
+    def _sync(self) -> ChatArchive:
+        if not isinstance(self.archive, ChatArchive):
+            raise InvalidArgument(
+                "an AsyncChatArchive takes the async methods (aget_messages...)", argument="archive"
+            )
+        return self.archive
+
+    def _async(self) -> AsyncChatArchive:
+        if not isinstance(self.archive, AsyncChatArchive):
+            raise InvalidArgument("a ChatArchive takes the sync methods (messages...)", argument="archive")
+        return self.archive
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        """The chat's active path, as LangChain messages."""
+        try:
+            document = self._sync().get(self.chat_id)
+        except ChatNotFound:
+            return []
+        return messages_from_dict(langchain_format.from_document(document))
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        archive = self._sync()
+        stored = _stored(messages)
+        try:
+            archive.append(self.chat_id, stored)
+        except ChatNotFound:
+            try:
+                archive.save(self._new_chat(stored), expected_version=0)
+            except ConflictError:  # created meanwhile: append after what it holds
+                archive.append(self.chat_id, stored)
+
+    def clear(self) -> None:
+        with contextlib.suppress(ChatNotFound):
+            self._sync().delete(self.chat_id)
+
+    async def aget_messages(self) -> list[BaseMessage]:
+        try:
+            document = await self._async().get(self.chat_id)
+        except ChatNotFound:
+            return []
+        return messages_from_dict(langchain_format.from_document(document))
+
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        archive = self._async()
+        stored = _stored(messages)
+        try:
+            await archive.append(self.chat_id, stored)
+        except ChatNotFound:
+            try:
+                await archive.save(self._new_chat(stored), expected_version=0)
+            except ConflictError:
+                await archive.append(self.chat_id, stored)
+
+    async def aclear(self) -> None:
+        with contextlib.suppress(ChatNotFound):
+            await self._async().delete(self.chat_id)
+
+    def _new_chat(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        chat: dict[str, Any] = {"chat_id": self.chat_id, "messages": messages}
+        if self.user_id is not None:
+            chat["user_id"] = self.user_id
+        return chat
+
+
+def _stored(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
+    """LangChain messages as the archive's messages (the ``langchain`` format's)."""
+    document = langchain_format.to_document(messages_to_dict(list(messages))) if messages else None
+    return [] if document is None else [message.model_dump(mode="json") for message in document.messages]
