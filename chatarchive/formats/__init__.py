@@ -44,6 +44,7 @@ from . import (
     preference,
     sharegpt,
 )
+from ._shapes import kind_of
 from .finetune import Filters, Selection
 
 __all__ = [
@@ -238,12 +239,12 @@ def detect(data: Any) -> str:
 #: by their signature: what each one is.
 _SIGNATURES: tuple[tuple[Callable[[dict[str, Any]], bool], str], ...] = (
     (
-        lambda d: str(anthropic.kind_of(d) or "").startswith("response."),
+        lambda d: str(kind_of(d) or "").startswith("response."),
         "an OpenAI Responses API stream event: a stream's events import together, from response.created "
         "to response.completed (a JSON list of them, or their lines in one file)",
     ),
     (
-        lambda d: anthropic.kind_of(d) in anthropic.STREAM_EVENTS,
+        lambda d: kind_of(d) in anthropic.STREAM_EVENTS,
         "an Anthropic Messages stream event: a stream's events import together, from message_start to "
         "message_stop (a JSON list of them, or their lines in one file)",
     ),
@@ -280,7 +281,7 @@ def _stream_of(value: Any) -> tuple[str, Any] | None:
     record that is no stream event."""
     if openai_completions.is_chunk(value):
         return "chunk", value.get("id")
-    kind = anthropic.kind_of(value) if isinstance(value, dict) else None
+    kind = kind_of(value)
     if kind in anthropic.STREAM_EVENTS:
         return "anthropic", None
     if kind is not None and kind.startswith("response."):
@@ -309,7 +310,7 @@ def gather_streams(
     for record in records:
         event = value(record)
         stream = _stream_of(event)
-        kind = anthropic.kind_of(event) if isinstance(event, dict) else None
+        kind = kind_of(event)
         continues = (
             current is not None
             and stream is not None

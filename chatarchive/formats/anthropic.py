@@ -57,7 +57,19 @@ from typing import Any
 from chatarchive._document import ChatDocument, ContentPart, Message, ToolCall
 from chatarchive._exceptions import InvalidDocument
 
-from ._shapes import array, json_object, plain, text
+from ._shapes import (
+    Block,
+    array,
+    interleaved,
+    json_object,
+    kept,
+    kind_of,
+    plain,
+    runs,
+    text,
+    usage_back,
+    usage_in_archive,
+)
 
 __all__ = [
     "KEY",
@@ -87,12 +99,6 @@ STREAM_EVENTS = frozenset(
     {"message_start", "message_delta", "message_stop", "content_block_start", "content_block_delta"}
     | _QUIET_EVENTS
 )
-
-
-def kind_of(data: dict[str, Any]) -> str | None:
-    """A block's or an event's ``type``, when it is a string."""
-    kind = data.get("type")
-    return kind if isinstance(kind, str) else None
 
 
 def is_response(data: Any) -> bool:
@@ -182,39 +188,23 @@ def to_messages(message: dict[str, Any], where: str) -> list[dict[str, Any]]:
         if others:
             result[KEY] = {"keys": others}
         return [result]
-    results: list[dict[str, Any]] = []
-    run: dict[str, Any] | None = None
-    for index, block in enumerate(content):
-        block = json_object(block, f"{where}.content[{index}]")
-        kind = kind_of(block)
-        if kind == "tool_result":
-            results.append(_tool_message(block))
-            run = None
-            continue
-        if run is None:
-            run = {"role": role, "content": []}
-            results.append(run)
-        if kind in _CALL_TYPES:
-            run.setdefault("tool_calls", []).append(_tool_call(block, f"{where}.content[{index}]"))
-            run.setdefault(KEY, {}).setdefault("blocks", []).append("call")
-        else:
-            run["content"].append(block)
-            run.setdefault(KEY, {}).setdefault("blocks", []).append("part")
-    if not results:  # "content": []
-        results.append({"role": role, "content": []})
-    for number, result in enumerate(results):
-        hint = result.pop(KEY, {})
-        blocks = hint.pop("blocks", [])
-        calls = [at for at, kind in enumerate(blocks) if kind == "call"]
-        if calls and calls != list(range(len(blocks) - len(calls), len(blocks))):  # not all at the end
-            hint["calls_at"] = calls
-        if number:
-            hint["continues"] = True
-        if hint:
-            result[KEY] = hint
+    results = runs(
+        role, (_block_of(block, f"{where}.content[{index}]") for index, block in enumerate(content)), KEY
+    )
     if others:  # keys the API's messages do not have: kept, and given back
         results[0].setdefault(KEY, {})["keys"] = others
     return results
+
+
+def _block_of(raw: Any, where: str) -> Block:
+    """What one block of a message is, as ``runs`` takes it."""
+    block = json_object(raw, where)
+    kind = kind_of(block)
+    if kind == "tool_result":
+        return "result", _tool_message(block)
+    if kind in _CALL_TYPES:
+        return "call", _tool_call(block, where)
+    return "part", block
 
 
 def _tool_call(block: dict[str, Any], where: str) -> dict[str, Any]:
@@ -269,7 +259,7 @@ def message_from_response(response: Any) -> dict[str, Any]:
     mapped: dict[str, Any] = {
         "model": data.get("model"),
         "finish_reason": data.get("stop_reason"),
-        "usage": _usage(data.get("usage")),
+        "usage": usage_in_archive(data.get("usage")),
         "response_id": data.get("id"),
     }
     message.update({key: value for key, value in mapped.items() if value is not None})
@@ -280,23 +270,6 @@ def message_from_response(response: Any) -> dict[str, Any]:
     if given:  # a null the response gave: kept, to be given back
         message.setdefault(KEY, {})["nulls"] = given
     return message
-
-
-#: Anthropic's token counts, by the archive's names for them.
-_TOKENS = {"input_tokens": "prompt_tokens", "output_tokens": "completion_tokens"}
-
-
-def _usage(usage: Any) -> Any:
-    if not isinstance(usage, dict):
-        return usage
-    return {_TOKENS.get(key, key): value for key, value in usage.items()}
-
-
-def _usage_back(usage: Any) -> Any:
-    if not isinstance(usage, dict):
-        return usage
-    names = {archive: own for own, archive in _TOKENS.items()}
-    return {names.get(key, key): value for key, value in usage.items()}
 
 
 def assemble_events(events: Iterable[Any]) -> dict[str, Any]:
@@ -380,8 +353,7 @@ def _apply_delta(block: dict[str, Any], partial: list[str], delta: Any, where: s
 
 
 def from_document(doc: ChatDocument) -> dict[str, Any]:
-    own = (doc.model_extra or {}).get(KEY)
-    shape = own.get("shape") if isinstance(own, dict) else None
+    shape = kept(doc, KEY).get("shape")
     messages = doc.messages
     if shape == "response" and len(messages) == 1:
         return _response(messages[0])
@@ -431,8 +403,7 @@ def to_turns(messages: Iterable[Message], *, imported: bool) -> list[tuple[dict[
 
 
 def _hint(message: Message) -> dict[str, Any]:
-    hint = (message.model_extra or {}).get(KEY)
-    return hint if isinstance(hint, dict) else {}
+    return kept(message, KEY)
 
 
 def _only_results(turn: dict[str, Any]) -> bool:
@@ -458,14 +429,7 @@ def _blocks(message: Message) -> list[Any]:
         else [_block(part) for part in content]
     )
     calls = [_call_block(call) for call in message.tool_calls or []]
-    at = _hint(message).get("calls_at")
-    if not (isinstance(at, list) and len(at) == len(calls) and all(type(i) is int for i in at)):
-        return [*parts, *calls]
-    blocks: list[Any] = []
-    pending_calls, pending_parts = iter(calls), iter(parts)
-    for index in range(len(parts) + len(calls)):
-        blocks.append(next(pending_calls) if index in at else next(pending_parts, None))
-    return [block for block in blocks if block is not None]
+    return interleaved(parts, calls, _hint(message).get("calls_at"))
 
 
 def _result_block(message: Message) -> dict[str, Any]:
@@ -551,7 +515,7 @@ def _response(message: Message) -> dict[str, Any]:
     }
     usage = message.model_dump(mode="json").get("usage")
     if usage is not None or "usage" in nulls:
-        response["usage"] = _usage_back(usage)
+        response["usage"] = usage_back(usage)
     for key in ("id", "model", "stop_reason"):
         if response[key] is None and key not in nulls:
             del response[key]

@@ -42,6 +42,7 @@ from chatarchive._document import ChatDocument, ContentPart, Message
 from chatarchive._exceptions import LONGEST_ID, InvalidDocument
 
 from ._seconds import time_of
+from ._shapes import kept
 
 __all__ = ["KEY", "from_document", "looks_like", "to_document"]
 
@@ -257,8 +258,7 @@ def _parts(content: str | list[ContentPart] | None) -> list[Any]:
 
 
 def _kept(record: ChatDocument | Message) -> dict[str, Any]:
-    kept = (record.model_extra or {}).get(KEY)
-    return kept if isinstance(kept, dict) else {}
+    return kept(record, KEY)
 
 
 def _original(kept: dict[str, Any]) -> dict[str, Any] | None:

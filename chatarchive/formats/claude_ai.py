@@ -33,7 +33,7 @@ from chatarchive._document import ChatDocument, Message
 from chatarchive._exceptions import LONGEST_ID, InvalidDocument
 
 from . import anthropic
-from ._shapes import json_object
+from ._shapes import json_object, kept
 
 __all__ = ["KEY", "from_document", "looks_like", "to_document"]
 
@@ -104,26 +104,26 @@ def _messages(raw: dict[str, Any], where: str) -> list[dict[str, Any]]:
     content holds tool results)."""
     sender = raw.get("sender")
     role = "user" if sender == "human" else sender if isinstance(sender, str) and sender else "unknown"
-    kept = {key: value for key, value in raw.items() if key not in ("content", "attachments", "files")}
+    others = {key: value for key, value in raw.items() if key not in ("content", "attachments", "files")}
     hint: dict[str, Any] = {}
     content = raw.get("content")
     text = raw.get("text")
     if isinstance(content, list) and (content or not isinstance(text, str) or not text):
         made = anthropic.to_messages({"role": role, "content": content}, f"{where}.content")
         if isinstance(text, str) and text == _joined(content):
-            del kept["text"]  # its text blocks, joined
+            del others["text"]  # its text blocks, joined
             hint["text_joined"] = True
     else:  # an older export: the text alone (and content, if any, kept as it is)
         made = [{"role": role, "content": text if isinstance(text, str) else None}]
         if isinstance(text, str):
-            del kept["text"]
+            del others["text"]
         hint["text_only"] = True
         if "content" in raw:
-            kept["content"] = content
+            others["content"] = content
     first = made[0]
     extra_parts = [
-        *(_attachment(item) for item in _list(raw, "attachments", kept, hint)),
-        *({"type": _FILE, **item} for item in _list(raw, "files", kept, hint) if isinstance(item, dict)),
+        *(_attachment(item) for item in _list(raw, "attachments", others, hint)),
+        *({"type": _FILE, **item} for item in _list(raw, "files", others, hint) if isinstance(item, dict)),
     ]
     if extra_parts:
         if not isinstance(first["content"], list):
@@ -143,11 +143,11 @@ def _messages(raw: dict[str, Any], where: str) -> list[dict[str, Any]]:
             message["created_at"] = moment
         if isinstance(raw.get("model"), str):
             message["model"] = raw["model"]
-    first[KEY] = {**hint, "message": kept}
+    first[KEY] = {**hint, "message": others}
     return made
 
 
-def _list(raw: dict[str, Any], key: str, kept: dict[str, Any], hint: dict[str, Any]) -> list[Any]:
+def _list(raw: dict[str, Any], key: str, others: dict[str, Any], hint: dict[str, Any]) -> list[Any]:
     """A message's ``attachments`` or ``files``: made parts when a list of
     objects; anything else kept as it is."""
     value = raw.get(key)
@@ -156,7 +156,7 @@ def _list(raw: dict[str, Any], key: str, kept: dict[str, Any], hint: dict[str, A
         return []
     if isinstance(value, list) and all(isinstance(item, dict) for item in value):
         return value
-    kept[key] = value
+    others[key] = value
     return []
 
 
@@ -176,8 +176,7 @@ def _joined(content: list[Any]) -> str:
 
 
 def from_document(doc: ChatDocument) -> dict[str, Any]:
-    own = (doc.model_extra or {}).get(KEY)
-    conversation = own.get("conversation") if isinstance(own, dict) else None
+    conversation = kept(doc, KEY).get("conversation")
     result: dict[str, Any] = dict(conversation) if isinstance(conversation, dict) else {"uuid": doc.chat_id}
     if doc.title is not None or "name" in result:
         result["name"] = doc.title
@@ -190,8 +189,7 @@ def from_document(doc: ChatDocument) -> dict[str, Any]:
     turns = iter(anthropic.to_turns(doc.messages, imported=True))
     chat_messages: list[dict[str, Any]] = []
     for index, stored in enumerate(doc.messages):
-        hint = (stored.model_extra or {}).get(anthropic.KEY)
-        if index and isinstance(hint, dict) and hint.get("continues") is True:
+        if index and kept(stored, anthropic.KEY).get("continues") is True:
             group_of.append(group_of[-1])
             continue
         turn, first = next(turns)
@@ -209,11 +207,10 @@ def from_document(doc: ChatDocument) -> dict[str, Any]:
 
 
 def _message_back(turn: dict[str, Any], first: Message) -> dict[str, Any]:
-    found = (first.model_extra or {}).get(KEY)
-    hint: dict[str, Any] = found if isinstance(found, dict) else {}
+    hint = kept(first, KEY)
     given = hint.get("message")
-    kept: dict[str, Any] = given if isinstance(given, dict) else {}
-    message: dict[str, Any] = dict(kept) if kept else {"uuid": first.uid}  # one added in the archive
+    original: dict[str, Any] = given if isinstance(given, dict) else {}
+    message: dict[str, Any] = dict(original) if original else {"uuid": first.uid}  # one added in the archive
     if "sender" not in message or (message["sender"] == "human") != (first.role == "user"):
         message["sender"] = "human" if first.role == "user" else first.role
     content = turn["content"]
@@ -223,14 +220,14 @@ def _message_back(turn: dict[str, Any], first: Message) -> dict[str, Any]:
     blocks = [block for block in blocks if _part_type(block) not in (_ATTACHMENT, _FILE)]
     absent = hint.get("absent") or []
     if hint.get("text_only"):
-        if "text" not in kept:
+        if "text" not in original:
             message["text"] = content if isinstance(content, str) else _joined(blocks)
     else:
         message["content"] = blocks
         if hint.get("text_joined"):
             message["text"] = _joined(blocks)
     for key, items in (("attachments", attachments), ("files", files)):
-        if key not in kept and key not in absent:
+        if key not in original and key not in absent:
             message[key] = items
     if first.created_at is not None and _moment(message.get("created_at"), "created_at") != first.created_at:
         message["created_at"] = first.created_at.isoformat().replace("+00:00", "Z")

@@ -37,7 +37,7 @@ from typing import Any
 from chatarchive._document import ChatDocument, ContentPart, Message, ToolCall, ToolFunction
 from chatarchive._exceptions import InvalidDocument
 
-from ._shapes import json_object
+from ._shapes import Block, interleaved, json_object, kept, runs
 
 __all__ = ["KEY", "from_document", "looks_like", "to_document"]
 
@@ -123,37 +123,18 @@ def _kind(part: dict[str, Any]) -> str:
 def _messages(role: str, parts: Any, where: str) -> list[dict[str, Any]]:
     if not isinstance(parts, list):
         raise InvalidDocument("a content's parts must be a list", field=f"{where}.parts")
-    made: list[dict[str, Any]] = []
-    run: dict[str, Any] | None = None
-    for index, raw in enumerate(parts):
-        part = json_object(raw, f"{where}.parts[{index}]")
-        kind = _kind(part)
-        if kind in _RESPONSE_KEYS:
-            made.append(_tool_message(kind, part))
-            run = None
-            continue
-        if run is None:
-            run = {"role": role, "content": [], KEY: {"blocks": []}}
-            made.append(run)
-        if kind in _CALL_KEYS:
-            run.setdefault("tool_calls", []).append(_call(kind, part, f"{where}.parts[{index}]"))
-            run[KEY]["blocks"].append("call")
-        else:
-            run["content"].append(_part(kind, part))
-            run[KEY]["blocks"].append("part")
-    if not made:
-        made.append({"role": role, "content": []})
-    for number, message in enumerate(made):
-        hint = message.pop(KEY, {})
-        blocks = hint.pop("blocks", [])
-        calls = [at for at, kind in enumerate(blocks) if kind == "call"]
-        if calls and calls != list(range(len(blocks) - len(calls), len(blocks))):
-            hint["calls_at"] = calls
-        if number:
-            hint["continues"] = True
-        if hint:
-            message[KEY] = hint
-    return made
+    return runs(role, (_block_of(raw, f"{where}.parts[{index}]") for index, raw in enumerate(parts)), KEY)
+
+
+def _block_of(raw: Any, where: str) -> Block:
+    """What one part of a content is, as ``runs`` takes it."""
+    part = json_object(raw, where)
+    kind = _kind(part)
+    if kind in _RESPONSE_KEYS:
+        return "result", _tool_message(kind, part)
+    if kind in _CALL_KEYS:
+        return "call", _call(kind, part, where)
+    return "part", _part(kind, part)
 
 
 def _part(kind: str, part: dict[str, Any]) -> dict[str, Any]:
@@ -186,8 +167,7 @@ def _call(kind: str, part: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def _call_back(call: ToolCall) -> dict[str, Any]:
-    found = (call.model_extra or {}).get(KEY)
-    hint: dict[str, Any] = found if isinstance(found, dict) else {}
+    hint = kept(call, KEY)
     function = call.function if isinstance(call.function, ToolFunction) else None
     body: dict[str, Any] = {"name": function.name if function else None}
     if function is not None and "arguments" in function.model_fields_set:
@@ -243,8 +223,7 @@ def _response_back(message: Message) -> dict[str, Any]:
 
 
 def _hint(message: Message) -> dict[str, Any]:
-    found = (message.model_extra or {}).get(KEY)
-    return found if isinstance(found, dict) else {}
+    return kept(message, KEY)
 
 
 def _parts(message: Message) -> list[dict[str, Any]]:
@@ -259,20 +238,11 @@ def _parts(message: Message) -> list[dict[str, Any]]:
         else [_part_back(part) for part in content]
     )
     calls = [_call_back(call) for call in message.tool_calls or []]
-    at = _hint(message).get("calls_at")
-    if not (isinstance(at, list) and len(at) == len(calls)):
-        return [*parts, *calls]
-    pending_calls, pending_parts = iter(calls), iter(parts)
-    ordered = [
-        next(pending_calls) if index in at else next(pending_parts, None)
-        for index in range(len(parts) + len(calls))
-    ]
-    return [part for part in ordered if part is not None]
+    return interleaved(parts, calls, _hint(message).get("calls_at"))
 
 
 def from_document(doc: ChatDocument) -> Any:
-    own = (doc.model_extra or {}).get(KEY)
-    shape = own.get("shape") if isinstance(own, dict) else None
+    shape = kept(doc, KEY).get("shape")
     contents: list[dict[str, Any]] = []
     request: dict[str, Any] = {}
     for message in doc.messages:

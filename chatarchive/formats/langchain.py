@@ -35,7 +35,7 @@ from typing import Any
 from chatarchive._document import ChatDocument, Message, ToolCall, ToolFunction
 from chatarchive._exceptions import InvalidDocument
 
-from ._shapes import array, json_object
+from ._shapes import array, json_object, kept, usage_back, usage_in_archive
 
 __all__ = ["KEY", "from_document", "looks_like", "to_document"]
 
@@ -56,12 +56,8 @@ _CLASSES = {
 _KINDS = {name: kind for kind, name in _CLASSES.items()}
 #: Keys of a message's data that become the archive message's own.
 _OWN = ("type", "content", "tool_calls", "invalid_tool_calls", "usage_metadata", "name", "tool_call_id")
-_TOKENS = {"input_tokens": "prompt_tokens", "output_tokens": "completion_tokens"}
 #: Keys named like the archive message's fields, kept apart.
-_CLASHING = frozenset(
-    {"role", "function_call", "refusal", "audio", "uid", "parent", "created_at", "updated_at"}
-    | {"completed", "model", "finish_reason", "usage", KEY}
-)
+_CLASHING = (frozenset(Message.model_fields) - set(_OWN)) | {KEY}
 
 
 #: Every type a serialized message names (chunks too), by its message type.
@@ -149,7 +145,7 @@ def _message(kind: str, data: dict[str, Any], where: str) -> dict[str, Any]:
         message["tool_calls"] = calls
     usage = data.get("usage_metadata")
     if isinstance(usage, dict):
-        message["usage"] = {_TOKENS.get(key, key): value for key, value in usage.items()}
+        message["usage"] = usage_in_archive(usage)
     elif "usage_metadata" in data:
         hint.setdefault("clashing", {})["usage_metadata"] = usage
     metadata = data.get("response_metadata")
@@ -184,8 +180,7 @@ def from_document(doc: ChatDocument) -> list[dict[str, Any]]:
 
 
 def _serialized(message: Message) -> dict[str, Any]:
-    found = (message.model_extra or {}).get(KEY)
-    hint: dict[str, Any] = found if isinstance(found, dict) else {}
+    hint = kept(message, KEY)
     data = _data(message, hint)
     kind = data.get("type") if isinstance(data.get("type"), str) else _TYPES.get(message.role, "chat")
     found_outside = hint.get("outside")
@@ -221,8 +216,7 @@ def _data(message: Message, hint: dict[str, Any]) -> dict[str, Any]:
         data["invalid_tool_calls"] = [_call_back(call, True) for call in invalid]
     usage = message.model_dump(mode="json").get("usage")
     if isinstance(usage, dict):
-        names = {archive: lc for lc, archive in _TOKENS.items()}
-        data["usage_metadata"] = {names.get(key, key): value for key, value in usage.items()}
+        data["usage_metadata"] = usage_back(usage)
     data.update((key, value) for key, value in (message.model_extra or {}).items() if key != KEY)
     clashing = hint.get("clashing")
     if isinstance(clashing, dict):
@@ -234,8 +228,7 @@ def _data(message: Message, hint: dict[str, Any]) -> dict[str, Any]:
 
 
 def _call_hint(call: ToolCall) -> dict[str, Any]:
-    found = (call.model_extra or {}).get(KEY)
-    return found if isinstance(found, dict) else {}
+    return kept(call, KEY)
 
 
 def _call_back(call: ToolCall, invalid: bool) -> dict[str, Any]:

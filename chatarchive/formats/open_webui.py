@@ -26,7 +26,7 @@ from chatarchive._document import ChatDocument, Message
 from chatarchive._exceptions import LONGEST_ID, InvalidDocument
 
 from ._seconds import time_of
-from ._shapes import json_object
+from ._shapes import json_object, kept
 
 __all__ = ["KEY", "from_document", "looks_like", "to_document"]
 
@@ -36,11 +36,9 @@ _FILE = "open_webui_file"
 _OWN = ("id", "parentId", "childrenIds", "role", "content", "timestamp", "files")
 #: Marks a key a message does not have (while it is read).
 _ABSENT_MARK: Any = object()
-#: Keys of a message named like the archive message's fields (kept apart).
-_CLASHING = frozenset(
-    {"name", "tool_calls", "tool_call_id", "function_call", "refusal", "audio", "uid", "parent", "created_at"}
-    | {"updated_at", "completed", "finish_reason", "usage", KEY}
-)
+#: Keys of a message named like the archive message's fields (kept apart);
+#: the message's own ``role``, ``content`` and ``model`` are its fields.
+_CLASHING = (frozenset(Message.model_fields) - {"role", "content", "model"}) | {KEY}
 
 
 def _history_holder(data: Any) -> dict[str, Any] | None:
@@ -216,8 +214,7 @@ def _file_part(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def from_document(doc: ChatDocument) -> dict[str, Any]:
-    own = (doc.model_extra or {}).get(KEY)
-    hint: dict[str, Any] = own if isinstance(own, dict) else {}
+    hint = kept(doc, KEY)
     parents = doc.parent_indexes()
     nodes: dict[str, Any] = {}
     for message, parent in zip(doc.messages, parents, strict=True):
@@ -255,8 +252,7 @@ def from_document(doc: ChatDocument) -> dict[str, Any]:
 
 
 def _node(message: Message, parent: str | None) -> dict[str, Any]:
-    own = (message.model_extra or {}).get(KEY)
-    hint: dict[str, Any] = own if isinstance(own, dict) else {}
+    hint = kept(message, KEY)
     node: dict[str, Any] = {}
     if not hint.get("no_id"):
         node["id"] = hint.get("id", message.uid)
@@ -288,9 +284,9 @@ def _node(message: Message, parent: str | None) -> dict[str, Any]:
     if message.model is not None:
         node["model"] = message.model
     node.update((key, value) for key, value in (message.model_extra or {}).items() if key != KEY)
-    kept = hint.get("keys")
-    if isinstance(kept, dict):
-        node.update(kept)
+    clashing = hint.get("keys")
+    if isinstance(clashing, dict):
+        node.update(clashing)
     return node
 
 

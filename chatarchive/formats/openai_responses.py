@@ -45,7 +45,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from chatarchive._document import (
-    ARCHIVE_MESSAGE_FIELDS,
     ChatDocument,
     ContentPart,
     Message,
@@ -55,7 +54,7 @@ from chatarchive._document import (
 from chatarchive._exceptions import InvalidDocument
 
 from ._seconds import time_of
-from ._shapes import array, json_object, plain, text
+from ._shapes import array, json_object, kept, kind_of, plain, text, usage_in_archive
 
 __all__ = [
     "KEY",
@@ -107,17 +106,8 @@ _PART_TYPES = frozenset({"input_text", "output_text", "input_image", "input_file
 #: Keys of the message that are the archive's or this module's, not the item's.
 _NOT_ITEM_KEYS = frozenset({KEY, "response_id", "response"})
 #: The message fields an item's key of the same name would be taken for.
-_MESSAGE_FIELDS = frozenset(
-    {"role", "content", "name", "tool_calls", "tool_call_id", "function_call", "refusal", "audio"}
-    | ARCHIVE_MESSAGE_FIELDS
-    | _NOT_ITEM_KEYS
-)
+_MESSAGE_FIELDS = frozenset(Message.model_fields) | _NOT_ITEM_KEYS
 _TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
-
-
-def _type(data: Any) -> str | None:
-    kind = data.get("type") if isinstance(data, dict) else None
-    return kind if isinstance(kind, str) else None
 
 
 def is_response(data: Any) -> bool:
@@ -127,7 +117,7 @@ def is_response(data: Any) -> bool:
 
 
 def is_stream(data: Any) -> bool:
-    return isinstance(data, list) and bool(data) and str(_type(data[0]) or "").startswith("response.")
+    return isinstance(data, list) and bool(data) and str(kind_of(data[0]) or "").startswith("response.")
 
 
 def is_input(data: Any) -> bool:
@@ -137,10 +127,10 @@ def is_input(data: Any) -> bool:
     if not (isinstance(data, list) and data and all(isinstance(item, dict) for item in data)):
         return False
     return any(
-        _type(item) in _ITEM_TYPES
+        kind_of(item) in _ITEM_TYPES
         or (
             isinstance(item.get("content"), list)
-            and any(_type(part) in _PART_TYPES for part in item["content"])
+            and any(kind_of(part) in _PART_TYPES for part in item["content"])
         )
         for item in data
     )
@@ -180,7 +170,7 @@ def items_to_messages(items: Iterable[Any], where: str) -> list[dict[str, Any]]:
 
 
 def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
-    kind = _type(item)
+    kind = kind_of(item)
     hint: dict[str, Any] = {} if kind is None else {"item": kind}
     rest = {key: value for key, value in item.items() if key != "type"}
     message: dict[str, Any]
@@ -239,9 +229,9 @@ def _output_content(output: Any) -> Any:
         return _ABSENT
     if isinstance(output, str):
         return output
-    if isinstance(output, list) and all(_type(part) for part in output):
+    if isinstance(output, list) and all(kind_of(part) for part in output):
         return list(output)
-    if _type(output):
+    if kind_of(output):
         return [output]
     return _ABSENT
 
@@ -301,7 +291,7 @@ def messages_from_response(response: Any, *, envelope: bool = True) -> list[dict
     if messages:
         last = messages[-1]
         if isinstance(data.get("usage"), dict):
-            last["usage"] = _usage(data["usage"])
+            last["usage"] = usage_in_archive(data["usage"])
         if isinstance(data.get("status"), str):
             last["finish_reason"] = data["status"]
         if data.get("id") is not None:
@@ -309,13 +299,6 @@ def messages_from_response(response: Any, *, envelope: bool = True) -> list[dict
         if envelope:
             last["response"] = {key: value for key, value in data.items() if key != "output"}
     return messages
-
-
-_TOKENS = {"input_tokens": "prompt_tokens", "output_tokens": "completion_tokens"}
-
-
-def _usage(usage: dict[str, Any]) -> dict[str, Any]:
-    return {_TOKENS.get(key, key): value for key, value in usage.items()}
 
 
 def assemble_events(events: Iterable[Any]) -> dict[str, Any]:
@@ -333,7 +316,7 @@ def assemble_events(events: Iterable[Any]) -> dict[str, Any]:
     for number, raw in enumerate(events):
         where = f"events[{number}]"
         event = plain(raw, "an OpenAI Responses API stream event", exclude_unset=True)
-        kind = _type(event) or ""
+        kind = kind_of(event) or ""
         if kind == "error":
             raise InvalidDocument(f"the stream ended in an error: {event.get('message')!r}", field=where)
         if kind in _TERMINAL_EVENTS or kind in ("response.created", "response.in_progress"):
@@ -381,16 +364,15 @@ def _index(event: dict[str, Any], key: str, where: str) -> int:
 
 
 def from_document(doc: ChatDocument) -> Any:
-    own = (doc.model_extra or {}).get(KEY)
+    own = kept(doc, KEY)
     items = [item for message in doc.messages for item in to_items(message)]
-    if isinstance(own, dict) and own.get("shape") == "response" and isinstance(own.get("response"), dict):
+    if own.get("shape") == "response" and isinstance(own.get("response"), dict):
         return {**own["response"], "output": items}
     return items
 
 
 def _hint(message: Message) -> dict[str, Any]:
-    hint = (message.model_extra or {}).get(KEY)
-    return hint if isinstance(hint, dict) else {}
+    return kept(message, KEY)
 
 
 def to_items(message: Message) -> list[dict[str, Any]]:

@@ -64,38 +64,29 @@ def _unknown_key(kind: Any, value: Any, allowed: frozenset[str], where: str) -> 
         # The members whose literal keys (role, type) match say what is wrong.
         relevant = [problem for problem in problems if problem is not None and _MISMATCH not in problem]
         return (relevant or problems)[0]
-    if isinstance(kind, type) and issubclass(kind, BaseModel):
+    is_model = isinstance(kind, type) and issubclass(kind, BaseModel)
+    if is_model or typing_extensions.is_typeddict(kind):
         if not isinstance(value, dict):
             return f"{where}: not an object {_MISMATCH}"
-        fields = {info.alias or name: info.annotation for name, info in kind.model_fields.items()}
+        if is_model:
+            fields = {info.alias or name: info.annotation for name, info in kind.model_fields.items()}
+        else:
+            fields = typing_extensions.get_type_hints(kind, include_extras=True)
+            missing = [key for key in kind.__required_keys__ if key not in value]
+            if missing:
+                return f"{where}: {kind.__name__} needs {missing[0]!r} {_MISMATCH}"
         for key, item in value.items():
             if key not in fields:
                 if key in allowed:
                     continue
-                return f"{where}: {key!r} is not a field of {kind.__name__}"
-            problem = _unknown_key(fields[key], item, allowed, f"{where}.{key}")
-            if problem is not None:
-                return problem
-        return None
-    if typing_extensions.is_typeddict(kind):
-        if not isinstance(value, dict):
-            return f"{where}: not an object {_MISMATCH}"
-        hints = typing_extensions.get_type_hints(kind, include_extras=True)
-        missing = [key for key in kind.__required_keys__ if key not in value]
-        if missing:
-            return f"{where}: {kind.__name__} needs {missing[0]!r} {_MISMATCH}"
-        for key, item in value.items():
-            if key not in hints:
-                if key in allowed:
-                    continue
                 return f"{where}: {key!r} is not a key of {kind.__name__}"
-            problem = _unknown_key(hints[key], item, allowed, f"{where}.{key}")
+            problem = _unknown_key(fields[key], item, allowed, f"{where}.{key}")
             if problem is not None:
                 return problem
         return None
     if origin is typing.Literal or origin is typing_extensions.Literal:
         return None if value in typing_extensions.get_args(kind) else f"{where}: {value!r} {_MISMATCH}"
-    if origin in (list, collections.abc.Iterable, collections.abc.Sequence, list) and isinstance(value, list):
+    if origin in (list, collections.abc.Iterable, collections.abc.Sequence) and isinstance(value, list):
         (item_kind,) = typing_extensions.get_args(kind) or (Any,)
         for index, item in enumerate(value):
             problem = _unknown_key(item_kind, item, allowed, f"{where}[{index}]")

@@ -699,3 +699,34 @@ def test_anthropic_blocks_convert_where_their_meanings_match() -> None:
         "role": "assistant",
         "content": [{"type": "text", "text": "Done: the greeting is hello."}],
     }
+
+
+def test_runs_keep_where_calls_came_and_a_damaged_mark_loses_no_block() -> None:
+    from chatarchive.formats._shapes import interleaved, runs
+
+    blocks: list[Any] = [
+        ("part", {"type": "text", "text": "a"}),
+        ("call", {"id": "c1"}),
+        ("part", {"type": "text", "text": "b"}),
+        ("result", {"role": "tool", "tool_call_id": "c1"}),
+        ("call", {"id": "c2"}),
+    ]
+    first, result, last = runs("assistant", blocks, "k")
+    assert first == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+        "tool_calls": [{"id": "c1"}],
+        "k": {"calls_at": [1]},
+    }
+    assert result["k"] == {"continues": True}
+    assert last == {
+        "role": "assistant",
+        "content": [],
+        "tool_calls": [{"id": "c2"}],
+        "k": {"continues": True},
+    }
+    assert interleaved(first["content"], first["tool_calls"], [1]) == [value for _, value in blocks[:3]]
+    assert runs("user", [], "k") == [{"role": "user", "content": []}]
+    # A mark that no longer fits (edited in the archive): every block is kept, the calls after the parts.
+    for mark in ([1, 1], [7], "1", None):
+        assert interleaved(["p"], ["c1"], mark) == ["p", "c1"]
