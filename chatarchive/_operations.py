@@ -527,6 +527,7 @@ class ChatOperations:
     add_feedback = writing(writes.add_feedback)
     delete_feedback = writing(writes.delete_feedback)
     update = writing(writes.update)
+    update_message = writing(writes.update_message)
     truncate = writing(writes.truncate)
     delete = writing(writes.delete)
     delete_user = writing(writes.delete_user)

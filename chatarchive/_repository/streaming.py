@@ -8,22 +8,21 @@ calls. A crash mid-answer leaves every chunk received in the archive.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, NoReturn
 
-from sqlalchemy import Integer, Table, func, insert, literal, select
+from sqlalchemy import Integer, func, insert, literal, select
 from sqlalchemy import delete as delete_rows
-from sqlalchemy import update as update_rows
 
 from chatarchive._arguments import is_whole_number, require_text
 from chatarchive._document import DEFAULT_LIMITS, Message, parse_messages
 from chatarchive._exceptions import InvalidArgument, InvalidDocument, quoted
-from chatarchive._rows import fold_chunks, message_from_rows, messages_to_rows
+from chatarchive._rows import fold_chunks
 from chatarchive._schema import DOCUMENT_ORDER, metadata
 from chatarchive._types import ArchiveText
 
 from .unit import Unit, now
-from .writes import append, bump, require_chat
+from .writes import append, bump, message_data, require_chat, rewrite_message, stored_message
 
 __all__ = [
     "append_chunk",
@@ -36,8 +35,6 @@ __all__ = [
 
 chats = metadata.tables["chats"]
 messages = metadata.tables["messages"]
-content_parts = metadata.tables["content_parts"]
-tool_calls = metadata.tables["tool_calls"]
 message_chunks = metadata.tables["message_chunks"]
 
 
@@ -211,21 +208,17 @@ def complete_message(unit: Unit, /, chat_id: str, message_uid: str, **fields: An
     moment = now()
     with unit.writing():
         bump(unit, chat_id, None, moment)
-        found = (
-            unit.execute(select(messages).where(messages.c.chat_id == chat_id, messages.c.uid == message_uid))
-            .mappings()
-            .first()
-        )
+        found = stored_message(unit, chat_id, message_uid)
         if found is None or found["completed"]:
             _explain_missing_message(unit, chat_id, message_uid)
         position = found["position"]
-
-        def rows_of(table: Table) -> list[Mapping[Any, Any]]:
-            query = select(table).where(table.c.chat_id == chat_id, table.c.message_position == position)
-            return list(unit.execute(query.order_by(*DOCUMENT_ORDER[table])).mappings())
-
-        data = message_from_rows(found, rows_of(content_parts), rows_of(tool_calls))
-        unfolded = fold_chunks(data, rows_of(message_chunks))
+        data = message_data(unit, chat_id, found)
+        chunks = select(message_chunks).where(
+            message_chunks.c.chat_id == chat_id, message_chunks.c.message_position == position
+        )
+        unfolded = fold_chunks(
+            data, list(unit.execute(chunks.order_by(*DOCUMENT_ORDER[message_chunks])).mappings())
+        )
         if unfolded and "tool_calls" not in fields:
             raise InvalidDocument(
                 "the streamed fragments cannot be added to a tool call that is not an object with "
@@ -237,19 +230,12 @@ def complete_message(unit: Unit, /, chat_id: str, message_uid: str, **fields: An
         data.update(fields)
         data["completed"] = True
         message = parse_messages([data], chat_id=chat_id, first_index=position, limits=unit.limits)[0]
-        rows = messages_to_rows(chat_id, [message], first_position=position, now=moment)
-        for table in (message_chunks, content_parts, tool_calls):
-            unit.execute(
-                delete_rows(table).where(table.c.chat_id == chat_id, table.c.message_position == position)
-            )
-        in_the_tree = ("parent_position", "sibling_index", "on_path")  # where it is does not change
         unit.execute(
-            update_rows(messages)
-            .where(messages.c.chat_id == chat_id, messages.c.position == position)
-            .values({name: value for name, value in rows.messages[0].items() if name not in in_the_tree})
+            delete_rows(message_chunks).where(
+                message_chunks.c.chat_id == chat_id, message_chunks.c.message_position == position
+            )
         )
-        unit.insert(content_parts, rows.parts)
-        unit.insert(tool_calls, rows.tool_calls)
+        rewrite_message(unit, chat_id, position, message, moment)
     return message
 
 

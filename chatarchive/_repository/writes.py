@@ -26,7 +26,7 @@ from chatarchive._arguments import (
     require_user_id,
     require_version,
 )
-from chatarchive._document import ChatDocument, Feedback, Message, parse_feedback, parse_messages
+from chatarchive._document import ChatDocument, Feedback, Message, Usage, parse_feedback, parse_messages
 from chatarchive._exceptions import ChatNotFound, ConflictError, InvalidArgument, InvalidDocument, quoted
 from chatarchive._rows import (
     CHAT_ORDERED,
@@ -34,9 +34,10 @@ from chatarchive._rows import (
     chat_ordered_json,
     document_to_rows,
     feedback_to_row,
+    message_from_rows,
     messages_to_rows,
 )
-from chatarchive._schema import in_pieces, metadata
+from chatarchive._schema import DOCUMENT_ORDER, in_pieces, metadata
 
 from .plans import FaceFacts, Kind, Plan, Step
 from .tree import cut_path_below, message_at, move_path, next_sibling_index, path_positions, remove, subtree
@@ -56,14 +57,18 @@ __all__ = [
     "edit",
     "insert_messages",
     "lock",
+    "message_data",
     "refuse_to_lose_branches",
     "regenerate",
     "require_chat",
+    "rewrite_message",
     "save",
     "set_active_leaf",
+    "stored_message",
     "touch",
     "truncate",
     "update",
+    "update_message",
 ]
 
 chats = metadata.tables["chats"]
@@ -95,6 +100,15 @@ class ChatChanges(TypedDict, total=False):
     workflow: dict[str, Any] | None
     metadata: dict[str, Any] | None
     tags: list[str]
+
+
+class MessageChanges(TypedDict, total=False):
+    """Message fields that ``update_message`` can change: what is known of an
+    answer only after it is stored; ``None`` clears one."""
+
+    model: str | None
+    finish_reason: str | None
+    usage: Usage | Mapping[str, Any] | None
 
 
 def save(unit: Unit, /, doc: ChatDocument | Mapping[str, Any], *, expected_version: int | None = None) -> int:
@@ -449,6 +463,53 @@ def update(
         return touch(unit, chat_id, current, moment, **values)
 
 
+def update_message(
+    unit: Unit,
+    /,
+    chat_id: str,
+    message_uid: str,
+    *,
+    expected_version: int | None = None,
+    **changes: Unpack[MessageChanges],
+) -> Message:
+    """Change a stored message's ``model``, ``finish_reason`` or ``usage``;
+    its content, tool calls and place in the chat stay. What a run of an
+    agent cost is known when the run ends, after its messages are stored:
+    this puts it in the token columns that ``stats`` and SQL read.
+
+    Returns:
+        The message as stored.
+
+    Raises:
+        InvalidArgument: ``message_uid`` names no message of the chat, or a
+            field that cannot be changed is given.
+        InvalidDocument: a value that is not valid (``usage`` with a
+            non-integer count...).
+    """
+    require_text(message_uid, "message_uid")
+    unknown = set(changes) - set(MessageChanges.__annotations__)
+    if unknown:
+        raise InvalidArgument(
+            f"update_message cannot change {sorted(unknown)}; only {sorted(MessageChanges.__annotations__)}",
+            chat_id=chat_id,
+        )
+    moment = now()
+    with unit.writing():
+        bump(unit, chat_id, expected_version, moment)
+        found = stored_message(unit, chat_id, message_uid)
+        if found is None:
+            raise InvalidArgument(
+                f"no message with uid {quoted(message_uid)}", argument="message_uid", chat_id=chat_id
+            )
+        position = found["position"]
+        data = message_data(unit, chat_id, found)
+        for name, value in changes.items():
+            data[name] = value.model_dump(mode="json") if isinstance(value, Usage) else value
+        message = parse_messages([data], chat_id=chat_id, first_index=position, limits=unit.limits)[0]
+        rewrite_message(unit, chat_id, position, message, moment, children=False)
+    return message
+
+
 def truncate(
     unit: Unit, /, chat_id: str, keep: int, *, expected_version: int | None = None, delete: bool = False
 ) -> int:
@@ -613,6 +674,45 @@ def require_chat(unit: Unit, /, chat_id: str) -> None:
         found = unit.execute(unit.scoped(select(chats.c.chat_id).where(chats.c.chat_id == chat_id))).first()
     if found is None:
         raise ChatNotFound(chat_id)
+
+
+def stored_message(unit: Unit, /, chat_id: str, uid: str) -> Mapping[Any, Any] | None:
+    """The row of the chat's message ``uid`` (``None``: there is none)."""
+    query = select(messages_table).where(messages_table.c.chat_id == chat_id, messages_table.c.uid == uid)
+    return unit.execute(query).mappings().first()
+
+
+def message_data(unit: Unit, /, chat_id: str, row: Mapping[Any, Any]) -> dict[str, Any]:
+    """The canonical dict of a stored message, from its row and its part and call rows."""
+    position = row["position"]
+
+    def rows_of(table: Any) -> list[Mapping[Any, Any]]:
+        query = select(table).where(table.c.chat_id == chat_id, table.c.message_position == position)
+        return list(unit.execute(query.order_by(*DOCUMENT_ORDER[table])).mappings())
+
+    return message_from_rows(row, rows_of(content_parts), rows_of(tool_calls))
+
+
+def rewrite_message(
+    unit: Unit, /, chat_id: str, position: int, message: Message, moment: datetime, *, children: bool = True
+) -> None:
+    """Write a stored message anew where it is in the tree: its row, and
+    (``children``) its parts and tool calls."""
+    rows = messages_to_rows(chat_id, [message], first_position=position, now=moment)
+    if children:
+        for table in (content_parts, tool_calls):
+            unit.execute(
+                delete_rows(table).where(table.c.chat_id == chat_id, table.c.message_position == position)
+            )
+    in_the_tree = ("parent_position", "sibling_index", "on_path")  # where it is does not change
+    unit.execute(
+        update_rows(messages_table)
+        .where(messages_table.c.chat_id == chat_id, messages_table.c.position == position)
+        .values({name: value for name, value in rows.messages[0].items() if name not in in_the_tree})
+    )
+    if children:
+        unit.insert(content_parts, rows.parts)
+        unit.insert(tool_calls, rows.tool_calls)
 
 
 def _lock_row(unit: Unit, /, chat_id: str) -> Mapping[Any, Any] | None:

@@ -621,6 +621,45 @@ def test_update(repo: ChatRepository) -> None:
         repo.update("u", title="y", expected_version=1)
 
 
+def test_update_message_changes_usage_model_and_finish_reason_only(repo: ChatRepository) -> None:
+    content = [{"type": "text", "text": "Anneal at 55 C."}, {"type": "refusal", "refusal": "no"}]
+    call = {"id": "c1", "type": "function", "function": {"name": "tm", "arguments": "{}"}}
+    repo.save(
+        {
+            "chat_id": "um",
+            "messages": [
+                {"role": "user", "content": "Tm?", "uid": "q"},
+                {"role": "assistant", "content": content, "tool_calls": [call], "uid": "a", "x": 1},
+            ],
+        }
+    )
+    before = repo.get("um")
+    usage = {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17, "requests": 2}
+    stored = repo.update_message("um", "a", usage=usage, model="m-2", finish_reason="stop")
+    after = repo.get("um")
+    assert after.version == before.version + 1  # type: ignore[operator]
+    assert stored.usage is not None and stored.usage.model_dump() == usage
+    answer = after.messages[1].model_dump(mode="json")
+    assert answer["usage"] == usage
+    assert (answer["model"], answer["finish_reason"]) == ("m-2", "stop")
+    unchanged = before.messages[1].model_dump(mode="json")
+    assert {k: v for k, v in answer.items() if k not in ("usage", "model", "finish_reason")} == unchanged
+    assert after.messages[0] == before.messages[0]
+    repo.update_message("um", "a", usage=None)
+    assert "usage" not in repo.get("um").messages[1].model_dump(mode="json", exclude_none=True)
+    with pytest.raises(InvalidArgument, match="no message with uid"):
+        repo.update_message("um", "nope", model="m")
+    with pytest.raises(InvalidArgument, match="cannot change"):
+        repo.update_message("um", "a", content="x")  # type: ignore[call-arg]
+    with pytest.raises(InvalidDocument):
+        repo.update_message("um", "a", usage={"prompt_tokens": "many"})
+    with pytest.raises(ConflictError):
+        repo.update_message("um", "a", model="m", expected_version=1)
+    with pytest.raises(ChatNotFound):
+        repo.update_message("missing", "a", model="m")
+    assert repo.get("um").messages[1].model == "m-2"  # the refused writes changed nothing
+
+
 def test_delete_and_delete_user_remove_every_row(repo: ChatRepository, session: Session) -> None:
     for index in range(3):
         repo.save(
