@@ -32,9 +32,10 @@ from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
 
 from chatarchive._api import AsyncChatArchive, ChatArchive
-from chatarchive._arguments import require_text
-from chatarchive._exceptions import ChatNotFound, ConflictError, InvalidArgument
+from chatarchive._exceptions import ChatNotFound
 from chatarchive.formats import langchain as langchain_format
+
+from ._chats import SessionChat
 
 __all__ = ["ChatArchiveMessageHistory"]
 
@@ -53,78 +54,40 @@ class ChatArchiveMessageHistory(BaseChatMessageHistory):
     def __init__(
         self, archive: ChatArchive | AsyncChatArchive, chat_id: str, *, user_id: str | None = None
     ) -> None:
-        if not isinstance(archive, (ChatArchive, AsyncChatArchive)):
-            raise InvalidArgument(
-                f"archive must be a ChatArchive or an AsyncChatArchive, not {type(archive).__name__}",
-                argument="archive",
-            )
+        self._chat = SessionChat(archive, chat_id, user_id)
         self.archive = archive
-        self.chat_id = require_text(chat_id, "chat_id")
+        self.chat_id = chat_id
         self.user_id = user_id
-
-    def _sync(self) -> ChatArchive:
-        if not isinstance(self.archive, ChatArchive):
-            raise InvalidArgument(
-                "an AsyncChatArchive takes the async methods (aget_messages...)", argument="archive"
-            )
-        return self.archive
-
-    def _async(self) -> AsyncChatArchive:
-        if not isinstance(self.archive, AsyncChatArchive):
-            raise InvalidArgument("a ChatArchive takes the sync methods (messages...)", argument="archive")
-        return self.archive
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """The chat's active path, as LangChain messages."""
         try:
-            document = self._sync().get(self.chat_id)
+            document = self._chat.sync().get(self.chat_id)
         except ChatNotFound:
             return []
         return messages_from_dict(langchain_format.from_document(document))
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        archive = self._sync()
-        stored = _stored(messages)
-        try:
-            archive.append(self.chat_id, stored)
-        except ChatNotFound:
-            try:
-                archive.save(self._new_chat(stored), expected_version=0)
-            except ConflictError:  # created meanwhile: append after what it holds
-                archive.append(self.chat_id, stored)
+        self._chat.add(_stored(messages))
 
     def clear(self) -> None:
         with contextlib.suppress(ChatNotFound):
-            self._sync().delete(self.chat_id)
+            self._chat.sync().delete(self.chat_id)
 
     async def aget_messages(self) -> list[BaseMessage]:
         try:
-            document = await self._async().get(self.chat_id)
+            document = await self._chat.asynchronous().get(self.chat_id)
         except ChatNotFound:
             return []
         return messages_from_dict(langchain_format.from_document(document))
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        archive = self._async()
-        stored = _stored(messages)
-        try:
-            await archive.append(self.chat_id, stored)
-        except ChatNotFound:
-            try:
-                await archive.save(self._new_chat(stored), expected_version=0)
-            except ConflictError:
-                await archive.append(self.chat_id, stored)
+        await self._chat.aadd(_stored(messages))
 
     async def aclear(self) -> None:
         with contextlib.suppress(ChatNotFound):
-            await self._async().delete(self.chat_id)
-
-    def _new_chat(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        chat: dict[str, Any] = {"chat_id": self.chat_id, "messages": messages}
-        if self.user_id is not None:
-            chat["user_id"] = self.user_id
-        return chat
+            await self._chat.asynchronous().delete(self.chat_id)
 
 
 def _stored(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:

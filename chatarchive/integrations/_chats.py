@@ -1,0 +1,80 @@
+"""What the integrations share: a framework's session is one chat of the
+archive, created with its first messages for the session's user."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from chatarchive._api import AsyncChatArchive, ChatArchive
+from chatarchive._arguments import require_text
+from chatarchive._exceptions import ChatNotFound, ConflictError, InvalidArgument
+
+__all__ = ["SessionChat"]
+
+
+@dataclass(frozen=True)
+class SessionChat:
+    """The chat ``chat_id`` of ``archive``, created for ``user_id`` (with
+    ``metadata``) when its first messages are added."""
+
+    archive: ChatArchive | AsyncChatArchive
+    chat_id: str
+    user_id: str | None = None
+    metadata: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.archive, (ChatArchive, AsyncChatArchive)):
+            raise InvalidArgument(
+                f"archive must be a ChatArchive or an AsyncChatArchive, not {type(self.archive).__name__}",
+                argument="archive",
+            )
+        require_text(self.chat_id, "chat_id")
+
+    def sync(self) -> ChatArchive:
+        """The archive, for the sync methods."""
+        if not isinstance(self.archive, ChatArchive):
+            raise InvalidArgument("an AsyncChatArchive takes the async methods", argument="archive")
+        return self.archive
+
+    def asynchronous(self) -> AsyncChatArchive:
+        """The archive, for the async methods."""
+        if not isinstance(self.archive, AsyncChatArchive):
+            raise InvalidArgument("a ChatArchive takes the sync methods", argument="archive")
+        return self.archive
+
+    def add(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Append ``messages`` to the chat, creating it if it does not exist
+        (no messages: nothing to do, no chat made)."""
+        archive = self.sync()
+        if not messages:
+            return
+        try:
+            archive.append(self.chat_id, messages)
+        except ChatNotFound:
+            try:
+                archive.save(self._new(messages), expected_version=0)
+            except ConflictError:  # created meanwhile: append after what it holds
+                archive.append(self.chat_id, messages)
+
+    async def aadd(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        """``add``, on an ``AsyncChatArchive``."""
+        archive = self.asynchronous()
+        if not messages:
+            return
+        try:
+            await archive.append(self.chat_id, messages)
+        except ChatNotFound:
+            try:
+                await archive.save(self._new(messages), expected_version=0)
+            except ConflictError:
+                await archive.append(self.chat_id, messages)
+
+    def _new(self, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        chat: dict[str, Any] = {"chat_id": self.chat_id, "messages": list(messages)}
+        if self.user_id is not None:
+            chat["user_id"] = self.user_id
+        if self.metadata is not None:
+            chat["metadata"] = dict(self.metadata)
+        return chat

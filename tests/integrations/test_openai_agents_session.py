@@ -1,0 +1,274 @@
+"""The OpenAI Agents SDK's session on the archive, against the real openai-agents package."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from agents import Agent, Runner, function_tool, set_tracing_disabled
+from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
+from agents.memory import Session, SessionSettings
+from agents.models.interface import Model
+from agents.usage import Usage
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputItem,
+    ResponseOutputMessage,
+    ResponseOutputText,
+    ResponseReasoningItem,
+)
+from openai.types.responses.response_reasoning_item import Summary
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from chatarchive import AsyncChatArchive, ChatArchive, ChatNotFound, InvalidArgument
+from chatarchive._schema import metadata
+from chatarchive.integrations.openai_agents import ChatArchiveSession
+from tests.support.samples import format_sample
+
+set_tracing_disabled(True)  # no traces are sent anywhere from these tests
+
+
+class ScriptedModel(Model):
+    """A model that answers each call with the next of its scripted outputs."""
+
+    def __init__(self, outputs: list[list[ResponseOutputItem]]) -> None:
+        self.outputs = list(outputs)
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        usage = Usage(requests=1, input_tokens=40, output_tokens=8, total_tokens=48)
+        return ModelResponse(output=self.outputs.pop(0), usage=usage, response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        raise NotImplementedError("these tests run the model without streaming")
+
+
+@function_tool
+def melting_point(primer: str) -> str:
+    """The melting point of a primer."""
+    return f"{2 * primer.count('A') + 4 * primer.count('G')} C"
+
+
+def _say(item_id: str, text: str) -> ResponseOutputMessage:
+    part = ResponseOutputText(type="output_text", text=text, annotations=[])
+    return ResponseOutputMessage(
+        id=item_id, type="message", role="assistant", status="completed", content=[part]
+    )
+
+
+def _lab_agent() -> Agent[Any]:
+    """Three turns: a reasoned tool call and its answer, two tool calls at once, a plain answer."""
+    outputs: list[list[ResponseOutputItem]] = [
+        [
+            ResponseReasoningItem(
+                id="rs_1", type="reasoning", summary=[Summary(type="summary_text", text="Need the Tm.")]
+            ),
+            ResponseFunctionToolCall(
+                id="fc_1",
+                call_id="call_1",
+                type="function_call",
+                name="melting_point",
+                arguments='{"primer": "AGGA"}',
+            ),
+        ],
+        [_say("msg_1", "12 C: anneal below it.")],
+        [
+            ResponseFunctionToolCall(
+                id="fc_2",
+                call_id="call_2",
+                type="function_call",
+                name="melting_point",
+                arguments='{"primer": "GG"}',
+            ),
+            ResponseFunctionToolCall(
+                id="fc_3",
+                call_id="call_3",
+                type="function_call",
+                name="melting_point",
+                arguments='{"primer": "AA"}',
+            ),
+        ],
+        [_say("msg_2", "8 C and 4 C.")],
+        [_say("msg_3", "Touchdown PCR, then.")],
+    ]
+    return Agent(
+        name="lab", instructions="Help with PCR.", model=ScriptedModel(outputs), tools=[melting_point]
+    )
+
+
+#: The items the three turns make, by type (or role).
+TURN_KINDS = [
+    "user", "reasoning", "function_call", "function_call_output", "message",
+    "user", "function_call", "function_call", "function_call_output", "function_call_output", "message",
+    "user", "message",
+]  # fmt: skip
+
+
+def _kinds(items: list[TResponseInputItem]) -> list[Any]:
+    return [item.get("type", item.get("role")) for item in items]
+
+
+class RecordingSession(ChatArchiveSession):
+    """The session, remembering every item the Runner handed it."""
+
+    added: list[TResponseInputItem]
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        self.added = [*getattr(self, "added", []), *items]
+        await super().add_items(items)
+
+
+async def _run_turns(session: ChatArchiveSession) -> None:
+    agent = _lab_agent()
+    for question in ("Tm of AGGA?", "And of GG and AA?", "What next?"):
+        result = await Runner.run(agent, question, session=session)
+        await session.store_run_usage(result)
+
+
+def test_runner_turns_come_back_equal_in_a_new_process(own_archive: tuple[ChatArchive, str]) -> None:
+    archive, url = own_archive
+    session = RecordingSession("lab-1", archive, user_id="alice", metadata={"bench": "pcr"})
+    assert isinstance(session, Session)
+    asyncio.run(_run_turns(session))
+    assert _kinds(session.added) == TURN_KINDS
+    assert asyncio.run(session.get_items()) == session.added
+
+    reload = (
+        "import asyncio, json, sys\n"
+        "from chatarchive import ChatArchive\n"
+        "from chatarchive.integrations.openai_agents import ChatArchiveSession\n"
+        "with ChatArchive(sys.argv[1]) as archive:\n"
+        "    print(json.dumps(asyncio.run(ChatArchiveSession('lab-1', archive).get_items())))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", reload, url], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == session.added
+
+    stored = archive.get("lab-1")
+    assert (stored.user_id, stored.metadata) == ("alice", {"bench": "pcr"})
+    calls = metadata.tables["tool_calls"]
+    with archive.engine.connect() as connection:
+        names = connection.execute(select(calls.c.name).where(calls.c.chat_id == "lab-1")).scalars().all()
+    assert names == ["melting_point"] * 3  # the calls are rows, queryable by name
+
+
+def test_run_usage_is_recorded_per_turn_in_the_token_columns(archive: ChatArchive) -> None:
+    session = ChatArchiveSession("lab-usage", archive)
+    asyncio.run(_run_turns(session))
+    turns = asyncio.run(session.get_turn_usage())
+    assert isinstance(turns, list)
+    assert [(t["user_turn_number"], t["requests"], t["input_tokens"], t["total_tokens"]) for t in turns] == [
+        (1, 2, 80, 96),
+        (2, 2, 80, 96),
+        (3, 1, 40, 48),
+    ]
+    assert turns[0]["output_tokens_details"] == {"reasoning_tokens": 0}
+    assert asyncio.run(session.get_turn_usage(3)) == {
+        k: v for k, v in turns[2].items() if k != "user_turn_number"
+    }
+    assert asyncio.run(session.get_turn_usage(9)) == {}
+    assert asyncio.run(session.get_session_usage()) == {
+        "requests": 5,
+        "input_tokens": 200,
+        "output_tokens": 40,
+        "total_tokens": 240,
+        "total_turns": 3,
+    }
+    last = archive.get("lab-usage").messages[-1]
+    assert last.usage is not None
+    assert (last.usage.prompt_tokens, last.usage.completion_tokens) == (40, 8)
+    assert "usage" not in json.dumps(asyncio.run(session.get_items(1)))  # usage is not in the items
+
+
+def test_every_responses_item_type_comes_back_equal(archive: ChatArchive) -> None:
+    items: list[Any] = [
+        *format_sample("openai-responses", "input-conversation"),
+        *format_sample("openai-responses", "input-computer-shell-mcp"),
+        *format_sample("openai-responses", "response-built-in-tools")["output"],
+    ]
+    session = ChatArchiveSession("items", archive, session_settings=SessionSettings(limit=4))
+
+    async def run() -> None:
+        await session.add_items(items[:5])
+        await session.add_items(items[5:])
+        await session.add_items([])
+        assert await session.get_items(limit=len(items)) == items
+        assert await session.get_items() == items[-4:]  # the settings' limit
+        assert await session.get_items(2) == items[-2:]
+        assert await session.get_items(0) == []
+
+    asyncio.run(run())
+
+
+def test_pop_item_and_clear_session(archive: ChatArchive) -> None:
+    session = ChatArchiveSession("pop", archive)
+    items: list[Any] = [
+        {"role": "user", "content": "Hi"},
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": "ok"},
+    ]
+
+    async def run() -> None:
+        assert await session.pop_item() is None
+        await session.add_items(items)
+        assert await session.pop_item() == items[2]
+        assert await session.pop_item() == items[1]
+        assert await session.get_items() == items[:1]
+        await session.clear_session()
+        assert await session.get_items() == []
+        assert await session.pop_item() is None
+        await session.clear_session()  # clearing an absent session is no error
+
+    asyncio.run(run())
+    with pytest.raises(ChatNotFound):
+        archive.get("pop")
+
+
+def test_a_branch_from_an_earlier_turn_keeps_the_turns_that_followed(archive: ChatArchive) -> None:
+    session = ChatArchiveSession("branching", archive)
+    first: list[Any] = [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"}]
+    second: list[Any] = [{"role": "user", "content": "Q2"}, {"role": "assistant", "content": "A2"}]
+    other: list[Any] = [{"role": "user", "content": "Q2 again"}, {"role": "assistant", "content": "A2'"}]
+
+    async def run() -> None:
+        await session.add_items(first + second)
+        await session.create_branch_from_turn(2)
+        assert await session.get_items() == first
+        await session.add_items(other)
+        assert await session.get_items() == first + other
+        branches = await session.list_branches()
+        assert [(b.items, b.active) for b in branches] == [(4, False), (4, True)]
+        await session.switch_to_branch(branches[0].leaf)
+        assert await session.get_items() == first + second
+        await session.create_branch_from_turn(1)
+        assert await session.get_items() == []
+        with pytest.raises(InvalidArgument, match="there is no turn 3"):
+            await session.create_branch_from_turn(3)
+
+    asyncio.run(run())
+    assert len(archive.get_tree("branching").messages) == 6  # nothing was deleted
+
+
+def test_the_session_runs_on_an_async_archive(async_engine: AsyncEngine, runner: asyncio.Runner) -> None:
+    async def run() -> list[TResponseInputItem]:
+        archive = AsyncChatArchive(engine=async_engine)
+        session = ChatArchiveSession("async-agents", archive, user_id="bob")
+        await _run_turns(session)
+        items = await session.get_items()
+        assert (await archive.get("async-agents")).user_id == "bob"
+        await session.clear_session()
+        return items
+
+    assert _kinds(runner.run(run())) == TURN_KINDS
+
+
+def test_the_modules_example_runs() -> None:
+    import doctest
+
+    import chatarchive.integrations.openai_agents as module
+
+    assert doctest.testmod(module).failed == 0
