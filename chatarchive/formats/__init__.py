@@ -42,6 +42,7 @@ from . import (
     openai_messages,
     openai_responses,
     preference,
+    pydantic_ai,
     sharegpt,
 )
 from ._shapes import kind_of
@@ -80,6 +81,7 @@ IMPORT_FORMATS = {
     "claude-ai": claude_ai,
     "open-webui": open_webui,
     "langchain": langchain,
+    "pydantic-ai": pydantic_ai,
     "gemini": gemini,
     "sharegpt": sharegpt,
     "malevich": malevich,
@@ -108,6 +110,7 @@ EXPORT_FORMATS: dict[str, Callable[[ChatDocument], Any]] = {
     "claude-ai": claude_ai.from_document,
     "open-webui": open_webui.from_document,
     "langchain": _active_path(langchain.from_document),
+    "pydantic-ai": _active_path(pydantic_ai.from_document),
     "gemini": _active_path(gemini.from_document),
     "anthropic": _active_path(anthropic.from_document),
     "openai-responses": _active_path(openai_responses.from_document),
@@ -147,6 +150,7 @@ FORMATS: dict[str, Format] = {
     "anthropic": Format("an Anthropic Messages request, a response, or its stream events", "JSON-equal"),
     "gemini": Format("a Gemini generateContent request, or its contents", "JSON-equal"),
     "langchain": Format("LangChain messages (messages_to_dict or dumpd)", "JSON-equal"),
+    "pydantic-ai": Format("Pydantic AI messages, as ModelMessagesTypeAdapter writes them", "JSON-equal"),
     "chatgpt": Format("a conversation of ChatGPT's conversations.json", "exact, every branch"),
     "claude-ai": Format("a conversation of Claude.ai's conversations.json", "JSON-equal, every branch"),
     "open-webui": Format("a chat of Open WebUI's export", "JSON-equal, every branch"),

@@ -118,6 +118,14 @@ def _gemini(record: Any) -> None:
         types.GenerationConfig.model_validate(record.get("generationConfig", {}))
 
 
+def _pydantic_ai(record: Any) -> None:
+    """Pydantic AI's own adapter reads the messages, and writes them back the same."""
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    messages = ModelMessagesTypeAdapter.validate_python(record)
+    assert ModelMessagesTypeAdapter.dump_python(messages, mode="json") == record
+
+
 #: How the official types check a record of each format.
 OFFICIAL: dict[str, Callable[[Any], None]] = {
     "openai-finetune": _finetune_line,
@@ -126,6 +134,7 @@ OFFICIAL: dict[str, Callable[[Any], None]] = {
     "claude-ai": _claude_ai,
     "open-webui": _open_webui,
     "langchain": _langchain,
+    "pydantic-ai": _pydantic_ai,
     "gemini": _gemini,
 }
 
