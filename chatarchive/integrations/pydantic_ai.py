@@ -1,0 +1,106 @@
+"""Pydantic AI's message history, kept in a chat of the archive.
+
+``ChatArchiveHistory`` stores the ``ModelMessage`` list of an agent's runs
+(``result.new_messages()``) in a chat, as the ``pydantic-ai`` format stores
+it (see ``chatarchive.formats.pydantic_ai``): user prompts, system prompts,
+text, thinking, tool calls and their returns as rows, usage in the token
+columns; and gives it back (for ``message_history=``) equal to what went
+in. Needs ``pydantic-ai-slim`` (``pip install 'chatarchive[pydantic-ai]'``).
+
+Examples:
+    >>> from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+    >>> from chatarchive import ChatArchive
+    >>> archive = ChatArchive("sqlite://")
+    >>> archive.upgrade()
+    >>> history = ChatArchiveHistory(archive, "chat-1", user_id="alice")
+    >>> run = [ModelRequest(parts=[UserPromptPart("Hi")]), ModelResponse(parts=[TextPart("Hello!")])]
+    >>> history.add(run)
+    >>> history.load() == run
+    True
+    >>> [message.role for message in archive.get("chat-1").messages]
+    ['user', 'assistant']
+    >>> archive.close()
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+
+from chatarchive._api import AsyncChatArchive, ChatArchive
+from chatarchive._document import ChatDocument
+from chatarchive._exceptions import ChatNotFound
+from chatarchive.formats import pydantic_ai as pydantic_ai_format
+
+from ._chats import SessionChat
+
+__all__ = ["ChatArchiveHistory"]
+
+
+class ChatArchiveHistory:
+    """The Pydantic AI messages of chat ``chat_id`` (created, for ``user_id``
+    with ``metadata``, with the first messages added).
+
+    Args:
+        archive: a ``ChatArchive``, or an ``AsyncChatArchive`` for the async
+            methods (``aload``, ``aadd``, ``aclear``).
+        chat_id: the chat.
+        user_id: the chat's user, when it is created.
+        metadata: the chat's metadata, when it is created.
+    """
+
+    def __init__(
+        self,
+        archive: ChatArchive | AsyncChatArchive,
+        chat_id: str,
+        *,
+        user_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._chat = SessionChat(archive, chat_id, user_id, metadata)
+        self.chat_id = chat_id
+
+    def load(self) -> list[ModelMessage]:
+        """The chat's active path as Pydantic AI messages ([] for no chat)."""
+        try:
+            return _messages(self._chat.sync().get(self.chat_id))
+        except ChatNotFound:
+            return []
+
+    def add(self, messages: Sequence[ModelMessage]) -> None:
+        """Append messages (``result.new_messages()``) to the chat."""
+        self._chat.add(_stored(messages))
+
+    def clear(self) -> None:
+        """Delete the chat."""
+        with contextlib.suppress(ChatNotFound):
+            self._chat.sync().delete(self.chat_id)
+
+    async def aload(self) -> list[ModelMessage]:
+        try:
+            return _messages(await self._chat.asynchronous().get(self.chat_id))
+        except ChatNotFound:
+            return []
+
+    async def aadd(self, messages: Sequence[ModelMessage]) -> None:
+        await self._chat.aadd(_stored(messages))
+
+    async def aclear(self) -> None:
+        with contextlib.suppress(ChatNotFound):
+            await self._chat.asynchronous().delete(self.chat_id)
+
+
+def _messages(document: ChatDocument) -> list[ModelMessage]:
+    return ModelMessagesTypeAdapter.validate_python(pydantic_ai_format.from_document(document))
+
+
+def _stored(messages: Sequence[ModelMessage]) -> list[dict[str, Any]]:
+    """Pydantic AI messages as the archive's messages (the ``pydantic-ai`` format's)."""
+    if not messages:
+        return []
+    data = ModelMessagesTypeAdapter.dump_python(list(messages), mode="json")
+    document = pydantic_ai_format.to_document(data)
+    return [message.model_dump(mode="json") for message in document.messages]
