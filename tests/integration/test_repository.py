@@ -638,7 +638,8 @@ def test_update_message_changes_usage_model_and_finish_reason_only(repo: ChatRep
     stored = repo.update_message("um", "a", usage=usage, model="m-2", finish_reason="stop")
     after = repo.get("um")
     assert after.version == before.version + 1  # type: ignore[operator]
-    assert stored.usage is not None and stored.usage.model_dump() == usage
+    assert stored.usage is not None
+    assert stored.usage.model_dump() == usage
     answer = after.messages[1].model_dump(mode="json")
     assert answer["usage"] == usage
     assert (answer["model"], answer["finish_reason"]) == ("m-2", "stop")

@@ -64,7 +64,17 @@ def test_agent_runs_come_back_equal(archive: ChatArchive) -> None:
     stored = archive.get("pai-1")
     assert (stored.user_id, stored.metadata) == ("alice", {"bench": "pcr"})
     roles = [message.role for message in stored.messages]
-    assert roles == ["system", "user", "assistant", "tool", "assistant", "user", "assistant", "tool", "assistant"]
+    assert roles == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
     part_types = [
         part.type
         for message in stored.messages
