@@ -11,7 +11,29 @@ from chatarchive._api import AsyncChatArchive, ChatArchive
 from chatarchive._arguments import require_text
 from chatarchive._exceptions import ChatNotFound, ConflictError, InvalidArgument
 
-__all__ = ["SessionChat"]
+__all__ = ["SessionChat", "async_archive", "require_archive", "sync_archive"]
+
+
+def require_archive(archive: object) -> None:
+    if not isinstance(archive, (ChatArchive, AsyncChatArchive)):
+        raise InvalidArgument(
+            f"archive must be a ChatArchive or an AsyncChatArchive, not {type(archive).__name__}",
+            argument="archive",
+        )
+
+
+def sync_archive(archive: ChatArchive | AsyncChatArchive) -> ChatArchive:
+    """The archive, for the sync methods."""
+    if not isinstance(archive, ChatArchive):
+        raise InvalidArgument("an AsyncChatArchive takes the async methods", argument="archive")
+    return archive
+
+
+def async_archive(archive: ChatArchive | AsyncChatArchive) -> AsyncChatArchive:
+    """The archive, for the async methods."""
+    if not isinstance(archive, AsyncChatArchive):
+        raise InvalidArgument("a ChatArchive takes the sync methods", argument="archive")
+    return archive
 
 
 @dataclass(frozen=True)
@@ -25,24 +47,14 @@ class SessionChat:
     metadata: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.archive, (ChatArchive, AsyncChatArchive)):
-            raise InvalidArgument(
-                f"archive must be a ChatArchive or an AsyncChatArchive, not {type(self.archive).__name__}",
-                argument="archive",
-            )
+        require_archive(self.archive)
         require_text(self.chat_id, "chat_id")
 
     def sync(self) -> ChatArchive:
-        """The archive, for the sync methods."""
-        if not isinstance(self.archive, ChatArchive):
-            raise InvalidArgument("an AsyncChatArchive takes the async methods", argument="archive")
-        return self.archive
+        return sync_archive(self.archive)
 
     def asynchronous(self) -> AsyncChatArchive:
-        """The archive, for the async methods."""
-        if not isinstance(self.archive, AsyncChatArchive):
-            raise InvalidArgument("a ChatArchive takes the sync methods", argument="archive")
-        return self.archive
+        return async_archive(self.archive)
 
     def add(self, messages: Sequence[Mapping[str, Any]]) -> None:
         """Append ``messages`` to the chat, creating it if it does not exist

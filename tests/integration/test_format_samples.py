@@ -126,6 +126,13 @@ def _pydantic_ai(record: Any) -> None:
     assert ModelMessagesTypeAdapter.dump_python(messages, mode="json") == record
 
 
+def _llama_index(record: Any) -> None:
+    """llama-index-core's ChatMessage reads each message, and writes it back the same."""
+    from llama_index.core.llms import ChatMessage
+
+    assert [ChatMessage.model_validate(item).model_dump(mode="json") for item in record] == record
+
+
 #: How the official types check a record of each format.
 OFFICIAL: dict[str, Callable[[Any], None]] = {
     "openai-finetune": _finetune_line,
@@ -135,6 +142,7 @@ OFFICIAL: dict[str, Callable[[Any], None]] = {
     "open-webui": _open_webui,
     "langchain": _langchain,
     "pydantic-ai": _pydantic_ai,
+    "llama-index": _llama_index,
     "gemini": _gemini,
 }
 
