@@ -36,6 +36,7 @@ from chatarchive._engine import create_engine, database_url
 from chatarchive._rows import ChatRows, document_to_rows
 from chatarchive._schema import PG_SEARCH_INDEXES, metadata
 
+from .frameworks import FRAMEWORKS, measure_frameworks
 from .workload import chatgpt_export, generate_chats, search_terms
 
 __all__ = ["BenchReport", "run_bench"]
@@ -116,6 +117,15 @@ class BenchReport:
             "import peak RSS above the baseline / largest chat": self.ratio(
                 "import_peak_above_baseline_mib", "import_largest_chat_mib"
             ),
+            **{
+                f"{framework} {operation} per turn, {statistic} / {peer}": self.ratio(
+                    f"{framework}_archive_{operation}_{statistic}_ms",
+                    f"{framework}_peer_{operation}_{statistic}_ms",
+                )
+                for framework, (peer, _) in FRAMEWORKS.items()
+                for operation in ("add", "get")
+                for statistic in ("median", "p95")
+            },
         }
 
     def as_dict(self) -> dict[str, Any]:
@@ -141,6 +151,7 @@ def run_bench(
     analytics: bool = False,
     streaming: bool = False,
     import_memory: float = 0,
+    frameworks: int = 0,
     progress: Progress | None = None,
 ) -> BenchReport:
     """Load and read the synthetic workload; see the module docstring."""
@@ -157,7 +168,9 @@ def run_bench(
         try:
             archive.upgrade()
             bench = _Bench(archive, engine, docs, runs, seed, report_progress)
-            return bench.run(analytics=analytics, streaming=streaming, import_memory=import_memory)
+            return bench.run(
+                analytics=analytics, streaming=streaming, import_memory=import_memory, frameworks=frameworks
+            )
         finally:
             engine.dispose()
             gc.unfreeze()
@@ -263,7 +276,12 @@ class _Bench:
         self.figures: dict[str, float | None] = {}
 
     def run(
-        self, *, analytics: bool = False, streaming: bool = False, import_memory: float = 0
+        self,
+        *,
+        analytics: bool = False,
+        streaming: bool = False,
+        import_memory: float = 0,
+        frameworks: int = 0,
     ) -> BenchReport:
         tool_calls = sum(len(m.get("tool_calls") or ()) for doc in self.docs for m in doc["messages"])
         try:
@@ -277,6 +295,12 @@ class _Bench:
             self._memory()
             if import_memory:
                 self._import_memory(import_memory)
+            if frameworks:
+                self.figures.update(
+                    measure_frameworks(
+                        self.archive, self.engine, self.engine.url, self.docs[:frameworks], self.progress
+                    )
+                )
         finally:
             self._drop_references()
         return BenchReport(

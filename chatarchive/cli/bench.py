@@ -45,6 +45,14 @@ __all__ = ["bench"]
     help="Also measure the peak memory of 'chatarchive import' of a generated ChatGPT export of MB "
     "megabytes.",
 )
+@click.option(
+    "--frameworks",
+    default=0,
+    type=click.IntRange(min=0),
+    metavar="CHATS",
+    help="Also play CHATS chats of the workload, a turn at a time, into each framework integration and "
+    "into the framework's own PostgreSQL store (PostgreSQL; frameworks not installed are left out).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def bench(
     chats: int,
@@ -56,6 +64,7 @@ def bench(
     analytics: bool,
     streaming: bool,
     import_memory: float,
+    frameworks: int,
     as_json: bool,
 ) -> None:
     """Measure ingest, reads, storage and memory against the database's own limits.
@@ -85,6 +94,7 @@ def bench(
             analytics=analytics,
             streaming=streaming,
             import_memory=import_memory,
+            frameworks=frameworks,
             progress=report,
         )
     if as_json:

@@ -202,7 +202,7 @@ def _data(message: Message, hint: dict[str, Any]) -> dict[str, Any]:
         data["role"] = message.role
     given = message.model_fields_set
     if "content" in given or own is None:
-        content = message.model_dump(mode="json").get("content")
+        content = _content_json(message)
         # LangChain's content is never null: a message of another format without text has "".
         data["content"] = "" if content is None and not hint else content
     for key in ("name", "tool_call_id"):
@@ -214,9 +214,8 @@ def _data(message: Message, hint: dict[str, Any]) -> dict[str, Any]:
         data["tool_calls"] = [_call_back(call, False) for call in valid]
     if own is None or "invalid_tool_calls" in own:
         data["invalid_tool_calls"] = [_call_back(call, True) for call in invalid]
-    usage = message.model_dump(mode="json").get("usage")
-    if isinstance(usage, dict):
-        data["usage_metadata"] = usage_back(usage)
+    if message.usage is not None:
+        data["usage_metadata"] = usage_back(message.usage.model_dump(mode="json"))
     data.update((key, value) for key, value in (message.model_extra or {}).items() if key != KEY)
     clashing = hint.get("clashing")
     if isinstance(clashing, dict):
@@ -225,6 +224,14 @@ def _data(message: Message, hint: dict[str, Any]) -> dict[str, Any]:
         order = {key: index for index, key in enumerate(own)}
         data = dict(sorted(data.items(), key=lambda item: order.get(item[0], len(order))))
     return data
+
+
+def _content_json(message: Message) -> Any:
+    """The message's content as JSON (what ``model_dump`` gives for it, without dumping the rest)."""
+    content = message.content
+    if isinstance(content, list):
+        return [part.model_dump(mode="json") for part in content]
+    return content
 
 
 def _call_hint(call: ToolCall) -> dict[str, Any]:

@@ -18,3 +18,22 @@ def test_bench_streaming_figures(run: Run) -> None:
     for name in ("streaming_chunks_per_s", "append_chunk_at_10_ms", "append_chunk_at_10000_ms"):
         assert figures[name] > 0
     assert report["ratios"]["append_chunk at 10,000 / at 10 chunks"] > 0
+
+
+def test_bench_plays_chats_into_each_framework_and_its_own_store(run: Run, dialect: str) -> None:
+    args = ("bench", "--chats", "6", "--messages", "8", "--runs", "1", "--frameworks", "3", "--json")
+    report = json.loads(run(*args).stdout)
+    figures, ratios = report["figures"], report["ratios"]
+    for framework in ("langchain", "openai_agents", "llama_index"):
+        if dialect == "sqlite":  # the peer stores are PostgreSQL's
+            assert figures[f"{framework}_archive_add_median_ms"] is None
+            continue
+        for side in ("archive", "peer"):
+            for operation in ("add", "get"):
+                assert figures[f"{framework}_{side}_{operation}_median_ms"] > 0
+                assert (
+                    figures[f"{framework}_{side}_{operation}_median_ms"]
+                    <= figures[f"{framework}_{side}_{operation}_p95_ms"]
+                )
+        assert figures[f"{framework}_archive_exact_chats"] == 3
+        assert [name for name in ratios if name.startswith(f"{framework} add per turn, median")]
