@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 from sqlalchemy import Connection, Result, Table, false, insert
@@ -29,6 +30,12 @@ _chats = metadata.tables["chats"]
 
 #: A user no chat can belong to: what a user's unit reads for another user.
 NOBODY = "\x00nobody"
+
+
+@cache
+def _insert_into(table: Table) -> Any:
+    """The INSERT of ``table``'s rows, built once (its compiled SQL is cached with it)."""
+    return insert(table)
 
 
 def now() -> datetime:
@@ -87,7 +94,7 @@ class Unit:
 
     def insert(self, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
         if rows:
-            self.executor.execute(insert(table), rows)
+            self.executor.execute(_insert_into(table), rows)
 
     @contextmanager
     def writing(self, *, savepoint: bool | None = None) -> Iterator[None]:

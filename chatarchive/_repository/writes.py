@@ -12,7 +12,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, TypedDict, Unpack
 
-from sqlalchemy import case, func, select, true
+from sqlalchemy import Integer, bindparam, case, func, select, true
 from sqlalchemy import delete as delete_rows
 from sqlalchemy import update as update_rows
 
@@ -760,25 +760,11 @@ def bump(
         return current
     require_version(expected_version)
     require_text(chat_id, "chat_id")
-    statement = update_rows(chats).values(version=chats.c.version + 1, updated_at=moment)
-    returned: list[Any] = [chats.c.version, chats.c.message_count, chats.c.user_id, chats.c.active_leaf]
     if added:
-        # The active leaf before, from the row as locked: RETURNING gives the row as written.
-        old = (
-            select(chats.c.chat_id, chats.c.active_leaf.label("previous_leaf"))
-            .where(chats.c.chat_id == chat_id)
-            .with_for_update()
-            .cte("old")
-        )
-        statement = statement.where(chats.c.chat_id == old.c.chat_id).values(
-            message_count=chats.c.message_count + added,
-            active_leaf=chats.c.message_count + added - 1,
-            path_length=chats.c.path_length + added,
-        )
-        returned[-1] = old.c.previous_leaf
+        statement, params = _BUMP_ADDING, {"bumped_chat": chat_id, "moment": moment, "added": added}
     else:
-        statement = statement.where(chats.c.chat_id == chat_id)
-    bumped = unit.execute(statement.returning(*returned)).first()
+        statement, params = _BUMP, {"bumped_chat": chat_id, "moment": moment}
+    bumped = unit.execute(statement, params).first()
     before = None
     if bumped is not None:
         version, message_count, user_id, active_leaf = bumped
@@ -789,6 +775,43 @@ def bump(
             "active_leaf": active_leaf,
         }
     return _checked(unit, chat_id, before, expected_version)
+
+
+def _bump_statements() -> tuple[Any, Any]:
+    """``bump``'s two statements, built once (their SQL is cached with them):
+    a new version alone, and a new version with ``added`` messages, whose
+    RETURNING gives the active leaf before them, from the row as locked
+    (RETURNING alone gives the row as written)."""
+    new_version: dict[str, Any] = {"version": chats.c.version + 1, "updated_at": bindparam("moment")}
+    returned: list[Any] = [chats.c.version, chats.c.message_count, chats.c.user_id]
+    alone = (
+        update_rows(chats)
+        .where(chats.c.chat_id == bindparam("bumped_chat"))
+        .values(new_version)
+        .returning(*returned, chats.c.active_leaf)
+    )
+    old = (
+        select(chats.c.chat_id, chats.c.active_leaf.label("previous_leaf"))
+        .where(chats.c.chat_id == bindparam("bumped_chat"))
+        .with_for_update()
+        .cte("old")
+    )
+    added = bindparam("added", type_=Integer)
+    adding = (
+        update_rows(chats)
+        .where(chats.c.chat_id == old.c.chat_id)
+        .values(
+            **new_version,
+            message_count=chats.c.message_count + added,
+            active_leaf=chats.c.message_count + added - 1,
+            path_length=chats.c.path_length + added,
+        )
+        .returning(*returned, old.c.previous_leaf)
+    )
+    return alone, adding
+
+
+_BUMP, _BUMP_ADDING = _bump_statements()
 
 
 def _checked(

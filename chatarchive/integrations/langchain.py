@@ -93,4 +93,8 @@ class ChatArchiveMessageHistory(BaseChatMessageHistory):
 def _stored(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
     """LangChain messages as the archive's messages (the ``langchain`` format's)."""
     document = langchain_format.to_document(messages_to_dict(list(messages))) if messages else None
-    return [] if document is None else [message.model_dump(mode="json") for message in document.messages]
+    return (
+        []
+        if document is None
+        else [message.model_dump(mode="json", exclude_unset=True) for message in document.messages]
+    )

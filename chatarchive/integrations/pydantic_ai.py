@@ -103,4 +103,4 @@ def _stored(messages: Sequence[ModelMessage]) -> list[dict[str, Any]]:
         return []
     data = ModelMessagesTypeAdapter.dump_python(list(messages), mode="json")
     document = pydantic_ai_format.to_document(data)
-    return [message.model_dump(mode="json") for message in document.messages]
+    return [message.model_dump(mode="json", exclude_unset=True) for message in document.messages]
