@@ -6,14 +6,13 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from agents import Agent, Runner, function_tool, set_tracing_disabled
-from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
+from agents.items import TResponseInputItem
 from agents.memory import Session, SessionSettings
-from agents.models.interface import Model
+from agents.testing import ModelStep, ScriptedModel
 from agents.usage import Usage
 from openai.types.responses import (
     ResponseFunctionToolCall,
@@ -32,20 +31,6 @@ from chatarchive.integrations.openai_agents import ChatArchiveSession
 from tests.support.samples import format_sample
 
 set_tracing_disabled(True)  # no traces are sent anywhere from these tests
-
-
-class ScriptedModel(Model):
-    """A model that answers each call with the next of its scripted outputs."""
-
-    def __init__(self, outputs: list[list[ResponseOutputItem]]) -> None:
-        self.outputs = list(outputs)
-
-    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
-        usage = Usage(requests=1, input_tokens=40, output_tokens=8, total_tokens=48)
-        return ModelResponse(output=self.outputs.pop(0), usage=usage, response_id=None)
-
-    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
-        raise NotImplementedError("these tests run the model without streaming")
 
 
 @function_tool
@@ -96,9 +81,9 @@ def _lab_agent() -> Agent[Any]:
         [_say("msg_2", "8 C and 4 C.")],
         [_say("msg_3", "Touchdown PCR, then.")],
     ]
-    return Agent(
-        name="lab", instructions="Help with PCR.", model=ScriptedModel(outputs), tools=[melting_point]
-    )
+    usage = Usage(requests=1, input_tokens=40, output_tokens=8, total_tokens=48)
+    model = ScriptedModel([ModelStep(output=output, usage=usage) for output in outputs])  # the SDK's own
+    return Agent(name="lab", instructions="Help with PCR.", model=model, tools=[melting_point])
 
 
 #: The items the three turns make, by type (or role).
@@ -264,6 +249,38 @@ def test_the_session_runs_on_an_async_archive(async_engine: AsyncEngine, runner:
         return items
 
     assert _kinds(runner.run(run())) == TURN_KINDS
+
+
+# The behaviour the SDK's own tests ask of its SQLAlchemySession
+# (tests/extensions/memory/test_sqlalchemy_session.py), asked of this session.
+
+
+def test_sessions_are_isolated_and_their_ids_case_sensitive(archive: ChatArchive) -> None:
+    upper, lower = ChatArchiveSession("Foo", archive), ChatArchiveSession("foo", archive)
+
+    async def run() -> None:
+        await upper.add_items([{"role": "user", "content": "upper"}])
+        await lower.add_items([{"role": "user", "content": "lower"}])
+        assert await upper.get_items() == [{"role": "user", "content": "upper"}]
+        assert await lower.get_items() == [{"role": "user", "content": "lower"}]
+
+    asyncio.run(run())
+
+
+def test_concurrent_pops_return_each_item_once(async_engine: AsyncEngine, runner: asyncio.Runner) -> None:
+    async def run() -> list[Any]:
+        archive = AsyncChatArchive(engine=async_engine)
+        one, other = ChatArchiveSession("pops", archive), ChatArchiveSession("pops", archive)
+        await one.add_items(
+            [{"role": "user", "content": "first"}, {"role": "assistant", "content": "second"}]
+        )
+        popped = list(await asyncio.gather(one.pop_item(), other.pop_item()))
+        assert await one.get_items() == []
+        await one.clear_session()
+        return popped
+
+    popped = runner.run(run())
+    assert sorted(item["content"] for item in popped if item is not None) == ["first", "second"]
 
 
 def test_the_modules_example_runs() -> None:
