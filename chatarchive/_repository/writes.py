@@ -504,7 +504,10 @@ def update_message(
         position = found["position"]
         data = message_data(unit, chat_id, found)
         for name, value in changes.items():
-            data[name] = value.model_dump(mode="json") if isinstance(value, Usage) else value
+            if value is None:
+                data.pop(name, None)  # cleared: reads back as never set
+            else:
+                data[name] = value.model_dump(mode="json") if isinstance(value, Usage) else value
         message = parse_messages([data], chat_id=chat_id, first_index=position, limits=unit.limits)[0]
         rewrite_message(unit, chat_id, position, message, moment, children=False)
     return message

@@ -646,8 +646,11 @@ def test_update_message_changes_usage_model_and_finish_reason_only(repo: ChatRep
     unchanged = before.messages[1].model_dump(mode="json")
     assert {k: v for k, v in answer.items() if k not in ("usage", "model", "finish_reason")} == unchanged
     assert after.messages[0] == before.messages[0]
-    repo.update_message("um", "a", usage=None)
-    assert "usage" not in repo.get("um").messages[1].model_dump(mode="json", exclude_none=True)
+    repo.update_message("um", "a", usage=None, finish_reason=None)
+    cleared = repo.get("um").messages[1].model_dump(mode="json")
+    assert "usage" not in cleared  # cleared: read back as never set
+    assert "finish_reason" not in cleared
+    assert cleared["model"] == "m-2"
     with pytest.raises(InvalidArgument, match="no message with uid"):
         repo.update_message("um", "nope", model="m")
     with pytest.raises(InvalidArgument, match="cannot change"):

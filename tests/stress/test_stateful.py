@@ -255,6 +255,28 @@ class ArchiveModel(RuleBasedStateMachine):
         self._wrote(chat_id)
         assert version == self.versions[chat_id]
 
+    @precondition(lambda self: any(chat["messages"] for chat in self.chats.values()))
+    @rule(
+        data=st.data(),
+        model=st.one_of(st.none(), text),
+        usage=st.one_of(
+            st.none(),
+            st.fixed_dictionaries(
+                {"prompt_tokens": st.integers(0, 10**6)}, optional={"requests": st.integers(0, 9)}
+            ),
+        ),
+    )
+    def update_message(self, data: st.DataObject, model: str | None, usage: dict[str, Any] | None) -> None:
+        chat_id = data.draw(st.sampled_from(sorted(k for k, chat in self.chats.items() if chat["messages"])))
+        message = data.draw(st.sampled_from(self.chats[chat_id]["messages"]))
+        self.archive.update_message(chat_id, message["uid"], model=model, usage=usage)
+        for key, value in {"model": model, "usage": usage}.items():
+            if value is None:
+                message.pop(key, None)  # cleared: read back as never set
+            else:
+                message[key] = value
+        self._wrote(chat_id)
+
     @precondition(lambda self: self.chats)
     @rule(data=st.data())
     def begin_message(self, data: st.DataObject) -> None:
