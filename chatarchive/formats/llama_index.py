@@ -72,6 +72,7 @@ def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
     message: dict[str, Any]
     if (
         len(blocks) == 1
+        and isinstance(blocks[0], dict)
         and blocks[0] == {"block_type": "text", "text": blocks[0].get("text")}
         and isinstance(blocks[0]["text"], str)
     ):
@@ -156,17 +157,20 @@ def _back(message: Message) -> dict[str, Any]:
         return _foreign(message)
     item = {key: value for key, value in hint.items() if key not in ("taken", "calls_at")}
     item["role"] = message.role
-    kwargs = dict(item.get("additional_kwargs") or {})
-    for key in hint.get("taken") or []:
+    found = item.get("additional_kwargs")
+    kwargs = dict(found) if isinstance(found, dict) else {}
+    found_taken = hint.get("taken")
+    taken: list[Any] = found_taken if isinstance(found_taken, list) else []
+    for key in taken:
         if key == "tool_calls":
             kwargs[key] = [call.model_dump(mode="json") for call in message.tool_calls or []]
-        else:
+        elif key in _OWN_KWARGS:
             kwargs[key] = getattr(message, key)
     item["additional_kwargs"] = kwargs
     if isinstance(message.content, str):
         item["blocks"] = [{"block_type": "text", "text": message.content}]
         return item
-    calls = [] if "tool_calls" in (hint.get("taken") or []) else (message.tool_calls or [])
+    calls = [] if "tool_calls" in taken else (message.tool_calls or [])
     blocks = interleaved(message.content or [], calls, hint.get("calls_at"))
     item["blocks"] = [
         _call_back(block) if isinstance(block, ToolCall) else _part_back(block) for block in blocks

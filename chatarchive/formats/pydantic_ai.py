@@ -43,7 +43,6 @@ __all__ = ["KEY", "from_document", "looks_like", "to_document"]
 
 KEY = "pydantic_ai"
 
-_KINDS = frozenset({"request", "response"})
 #: Request parts that answer the model: a tool's return (``tool`` messages),
 #: a retry (a ``tool`` message when it answers a call, else a ``user`` one).
 _ANSWERS = frozenset({"tool-return", "retry-prompt", "retry-feedback"})
@@ -55,7 +54,9 @@ def looks_like(data: Any) -> bool:
         isinstance(data, list)
         and bool(data)
         and all(
-            isinstance(item, dict) and item.get("kind") in _KINDS and isinstance(item.get("parts"), list)
+            isinstance(item, dict)
+            and item.get("kind") in ("request", "response")
+            and isinstance(item.get("parts"), list)
             for item in data
         )
     )
@@ -125,8 +126,13 @@ def _as_text(value: Any, hint: dict[str, Any]) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _request_part(part: dict[str, Any], where: str) -> dict[str, Any]:
+def _kind(part: dict[str, Any]) -> str | None:
     kind = part.get("part_kind")
+    return kind if isinstance(kind, str) and kind else None
+
+
+def _request_part(part: dict[str, Any], where: str) -> dict[str, Any]:
+    kind = _kind(part)
     hint: dict[str, Any] = {"part": _rest(part, "content", "tool_call_id", "tool_name")}
     message: dict[str, Any]
     if kind == "system-prompt":
@@ -145,7 +151,7 @@ def _request_part(part: dict[str, Any], where: str) -> dict[str, Any]:
         if "tool_name" in part:
             message["name"] = part["tool_name"]
             hint["tool_name"] = part["tool_name"]  # a name may be null, which a message's is not
-    elif isinstance(kind, str) and kind:
+    elif kind is not None:
         message = {"role": kind}
         hint["part"] = part
     else:
@@ -171,7 +177,7 @@ def _user_parts(content: Any) -> list[dict[str, Any]]:
 
 
 def _response_block(part: dict[str, Any]) -> Block:
-    kind = part.get("part_kind")
+    kind = _kind(part)
     if kind in ("text", "thinking") and isinstance(part.get("content"), str):
         return "part", {"type": kind, "text": part["content"], KEY: _rest(part, "content")}
     if kind == "tool-call":
@@ -180,7 +186,7 @@ def _response_block(part: dict[str, Any]) -> Block:
         if "args" in part:
             function["arguments"] = _as_text(part["args"], hint)
         return "call", {"id": part.get("tool_call_id"), "type": "function", "function": function, KEY: hint}
-    if isinstance(kind, str) and kind:
+    if kind is not None:
         return "part", {"type": kind, KEY: _rest(part, "part_kind")}
     raise InvalidDocument("a response part has no part_kind", field="parts")
 
@@ -215,8 +221,9 @@ def _text_back(value: Any, hint: dict[str, Any]) -> Any:
 
 
 def _request_part_back(message: Message, hint: dict[str, Any]) -> dict[str, Any]:
-    part = dict(hint.get("part") or {})
-    kind = part.get("part_kind")
+    found = hint.get("part")
+    part = dict(found) if isinstance(found, dict) else {}
+    kind = _kind(part)
     if kind == "user-prompt":
         content = message.content
         part["content"] = (

@@ -619,6 +619,8 @@ def _replaced(value: Any, path: tuple[Any, ...], new: Any) -> Any:
             format_sample("langchain", "dumpd"),
             format_sample("gemini", "request-tools"),
             format_sample("gemini", "contents-snake-case"),
+            format_sample("pydantic-ai", "run-with-tools"),
+            format_sample("llama-index", "agent-with-tools"),
         ]
     ),
     data=st.data(),
