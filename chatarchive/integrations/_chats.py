@@ -9,9 +9,14 @@ from typing import Any
 
 from chatarchive._api import AsyncChatArchive, ChatArchive
 from chatarchive._arguments import require_text
+from chatarchive._document import ChatDocument, Message
 from chatarchive._exceptions import ChatNotFound, ConflictError, InvalidArgument
 
 __all__ = ["SessionChat", "async_archive", "require_archive", "sync_archive"]
+
+#: How often ``pop`` reads the last message again when another writer changed
+#: the chat between its read and its cut.
+_POP_ATTEMPTS = 5
 
 
 def require_archive(archive: object) -> None:
@@ -90,3 +95,45 @@ class SessionChat:
         if self.metadata is not None:
             chat["metadata"] = dict(self.metadata)
         return chat
+
+    def pop(self) -> Message | None:
+        """Delete the chat's last message and return it (``None``: there is
+        none). The read and the cut are one version apart, so that of two
+        callers popping at once each gets a message of its own."""
+        archive = self.sync()
+        for _ in range(_POP_ATTEMPTS):
+            try:
+                popped = _last(archive.get(self.chat_id))
+                if popped is None:
+                    return None
+                archive.truncate(self.chat_id, popped[0], expected_version=popped[1], delete=True)
+            except ChatNotFound:
+                return None
+            except ConflictError:  # another writer came first: read the last message again
+                continue
+            return popped[2]
+        raise ConflictError(f"chat {self.chat_id!r} kept changing; no message was popped")
+
+    async def apop(self) -> Message | None:
+        """``pop``, on an ``AsyncChatArchive``."""
+        archive = self.asynchronous()
+        for _ in range(_POP_ATTEMPTS):
+            try:
+                popped = _last(await archive.get(self.chat_id))
+                if popped is None:
+                    return None
+                await archive.truncate(self.chat_id, popped[0], expected_version=popped[1], delete=True)
+            except ChatNotFound:
+                return None
+            except ConflictError:
+                continue
+            return popped[2]
+        raise ConflictError(f"chat {self.chat_id!r} kept changing; no message was popped")
+
+
+def _last(document: ChatDocument) -> tuple[int, int | None, Message] | None:
+    """What popping the document's last message takes: how many messages stay,
+    the version read, and the message (``None``: no messages)."""
+    if not document.messages:
+        return None
+    return len(document.messages) - 1, document.version, document.messages[-1]

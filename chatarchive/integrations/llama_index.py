@@ -38,7 +38,7 @@ from llama_index.core.storage.chat_store.base import BaseChatStore
 from pydantic import PrivateAttr
 
 from chatarchive._api import AsyncChatArchive, ChatArchive
-from chatarchive._document import ChatDocument, ChatFilter
+from chatarchive._document import ChatDocument, ChatFilter, Message
 from chatarchive._exceptions import ChatNotFound, ConflictError
 from chatarchive.formats import llama_index as llama_index_format
 
@@ -133,7 +133,7 @@ class ChatArchiveChatStore(BaseChatStore):
 
     def delete_last_message(self, key: str) -> ChatMessage | None:
         """Delete the key's last message; returns it (``None``: there is none)."""
-        return _one(self._rewrite(key, _pop(-1)))
+        return _popped(SessionChat(self._archive, key).pop())
 
     def get_keys(self) -> list[str]:
         """The chats of the store's user (every chat, for a store without one)."""
@@ -191,7 +191,7 @@ class ChatArchiveChatStore(BaseChatStore):
         return _one(await self._arewrite(key, _pop(idx)))
 
     async def adelete_last_message(self, key: str) -> ChatMessage | None:
-        return _one(await self._arewrite(key, _pop(-1)))
+        return _popped(await SessionChat(self._archive, key).apop())
 
     async def aget_keys(self) -> list[str]:
         archive = async_archive(self._archive)
@@ -257,6 +257,13 @@ def _listed(document: ChatDocument | None) -> list[dict[str, Any]]:
 
 def _one(removed: list[dict[str, Any]]) -> ChatMessage | None:
     return _messages(ChatDocument.parse({"messages": removed}))[0] if removed else None
+
+
+def _popped(message: Message | None) -> ChatMessage | None:
+    if message is None:
+        return None
+    (item,) = llama_index_format.from_messages([message])
+    return ChatMessage.model_validate(item)
 
 
 def _messages(document: ChatDocument | None) -> list[ChatMessage]:

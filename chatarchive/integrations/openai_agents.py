@@ -57,7 +57,7 @@ from pydantic import TypeAdapter
 from chatarchive._api import AsyncChatArchive, ChatArchive
 from chatarchive._arguments import is_whole_number
 from chatarchive._document import ChatDocument, ChatTree, Message
-from chatarchive._exceptions import ChatNotFound, ConflictError, InvalidArgument
+from chatarchive._exceptions import ChatNotFound, InvalidArgument
 from chatarchive.formats import openai_responses
 from chatarchive.formats._shapes import usage_back, usage_in_archive
 
@@ -66,10 +66,6 @@ from ._chats import SessionChat
 __all__ = ["Branch", "ChatArchiveSession"]
 
 T = TypeVar("T")
-
-#: How often ``pop_item`` reads the last item again when another writer
-#: changed the chat between its read and its cut.
-_POP_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -144,21 +140,11 @@ class ChatArchiveSession(SessionABC):
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the latest item and return it (``None``: the session is empty)."""
-        for _ in range(_POP_ATTEMPTS):
-            document = await self._document()
-            if document is None or not document.messages:
-                return None
-            keep = len(document.messages) - 1
-            try:
-                await self._call(
-                    "truncate", self.session_id, keep, expected_version=document.version, delete=True
-                )
-            except ConflictError:  # another writer came first: read the latest item again
-                continue
-            except ChatNotFound:
-                return None
-            return _item(document.messages[-1])
-        raise ConflictError(f"chat {self.session_id!r} kept changing; no item was popped")
+        if isinstance(self._chat.archive, AsyncChatArchive):
+            popped = await self._chat.apop()
+        else:
+            popped = await asyncio.to_thread(self._chat.pop)
+        return None if popped is None else _item(popped)
 
     async def clear_session(self) -> None:
         """Delete the session's chat, with every branch and its usage."""
