@@ -44,10 +44,13 @@ from ._exceptions import (
 from ._repository.bulk import OnError
 from ._repository.writes import ChatChanges
 from ._schema import is_archive_table
-from ._search import SearchHit
+from ._search import SearchHit, SearchResults
+from ._terms import LANGUAGES as SEARCH_LANGUAGES
+from ._terms import SearchSettings
 
 __all__ = [
     "DEFAULT_URL",
+    "SEARCH_LANGUAGES",
     "URL_ENV",
     "ArchiveClosed",
     "AsyncChatArchive",
@@ -74,6 +77,8 @@ __all__ = [
     "OnError",
     "SchemaNotReady",
     "SearchHit",
+    "SearchResults",
+    "SearchSettings",
     "ToolCall",
     "ToolFunction",
     "TransactionEnded",

@@ -7,20 +7,34 @@ archive's own (``_repository.plans.Connected``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
+from typing import TypeVar
 
-from ._arguments import require_flag
-from ._exceptions import NotSupported, UserScopeError, quoted
+from sqlalchemy import Connection
+
+from ._arguments import require_at_least_one, require_flag
+from ._exceptions import InvalidArgument, NotSupported, UserScopeError, quoted
 from ._migrations import migrate, problems_of, require_archive_file, require_reachable, revision_of
+from ._repository import searching
 from ._repository.plans import Connected, FaceFacts, Plan
+from ._repository.unit import Unit
+from ._schema import SCHEMA_REVISION
+from ._search import search_index_off
+from ._terms import SearchSettings
+
+R = TypeVar("R")
 
 __all__ = [
     "check",
+    "configure_search",
     "current_revision",
     "downgrade",
+    "index_pending",
     "rebuild_search_index",
     "row_level_security",
     "search_index",
+    "search_settings",
     "set_row_level_security",
     "set_search_index",
     "upgrade",
@@ -42,6 +56,10 @@ def upgrade(face: FaceFacts, /, revision: str = "head", *, lock_timeout: float |
     require_reachable(face.url, revision)
     migration = partial(migrate, revision=revision, up=True, lock_timeout=lock_timeout)
     yield Connected(migration, schema=False, changes_schema=True)
+    # Search terms are computed by chatarchive, not by SQL: a migration marks
+    # the chats whose terms it dropped, and they are indexed here.
+    if (yield Connected(revision_of, schema=False)) == SCHEMA_REVISION:
+        yield from index_pending(face)
 
 
 def downgrade(
@@ -114,39 +132,115 @@ def set_row_level_security(face: FaceFacts, /, enabled: bool) -> Plan[None]:
 
 
 def search_index(face: FaceFacts, /) -> Plan[bool]:
-    """Whether the archive has its full-text search index (see ``set_search_index``)."""
-    enabled: bool = yield Connected(face.backend.search_index)
-    return enabled
+    """Whether search is on for the archive (see ``set_search_index``)."""
+    current: SearchSettings = yield Connected(_on_unit(face, searching.settings))
+    return current.indexing != "off"
 
 
 def set_search_index(face: FaceFacts, /, enabled: bool) -> Plan[None]:
-    """Create the full-text search index from the stored text, or drop it.
+    """Turn search on or off for the archive.
 
-    Indexing each message's text is most of what a write costs on PostgreSQL:
-    an archive that is not searched, or one being loaded before it is
-    searched, writes faster without it. While it is off, ``search`` raises
-    ``SchemaNotReady``; turning it on indexes every stored message, in one
-    transaction during which writes wait (reads go on). Dropping it waits for
-    the queries running on the messages and their parts, and holds back new
-    ones for that short moment. The setting is the database's: every
-    connection sees it until it is changed.
+    While it is off, writes compute no search terms (they mark their chats)
+    and ``search`` raises ``SchemaNotReady``; the terms are deleted. Turning it
+    on (with ``sync`` indexing, as before it was turned off, or ``deferred``)
+    indexes every stored message again: at once with ``sync``, in this one
+    transaction, during which writes wait; with ``deferred``, by
+    ``index_pending``. The setting is the archive's: every connection sees it.
     """
     _archive_wide(face, "set_search_index")
     require_flag(enabled, "enabled")
-    yield Connected(partial(face.backend.set_search_index, enabled=enabled), transaction=True)
+    current: SearchSettings = yield Connected(_on_unit(face, searching.settings))
+    if enabled == (current.indexing != "off"):
+        return
+    indexing = "sync" if enabled else "off"
+    yield Connected(_on_unit(face, partial(searching.configure, indexing=indexing)), transaction=True)
 
 
 def rebuild_search_index(face: FaceFacts, /) -> Plan[None]:
-    """Rebuild the full-text search index from the stored text, in one
-    transaction that blocks writes (and PostgreSQL's searches) while it runs:
-    after restoring a SQLite archive from a dump (its search tables point at
-    rows by rowid), or after changing PostgreSQL's text search dictionaries.
+    """Compute every message's search terms again: at once, in one
+    transaction that makes writes wait, with ``sync`` indexing; with
+    ``deferred`` the chats are marked for ``index_pending``. For a SQLite
+    archive restored from a dump (its terms point at messages by rowid).
 
     Raises:
-        SchemaNotReady: the index is off (``set_search_index``).
+        SchemaNotReady: search is off (``set_search_index``).
     """
     _archive_wide(face, "rebuild_search_index")
-    yield Connected(face.backend.rebuild_search_index, transaction=True)
+    current: SearchSettings = yield Connected(_on_unit(face, searching.settings))
+    if current.indexing == "off":
+        raise search_index_off()
+    yield Connected(_on_unit(face, partial(searching.configure, rebuild=True)), transaction=True)
+
+
+def search_settings(face: FaceFacts, /) -> Plan[SearchSettings]:
+    """The archive's search settings: its language, how it splits CJK text,
+    and whether writes index their messages at once (``sync``), leave it to
+    ``index_pending`` (``deferred``), or not at all (``off``)."""
+    current: SearchSettings = yield Connected(_on_unit(face, searching.settings))
+    return current
+
+
+def configure_search(
+    face: FaceFacts, /, *, language: str | None = None, cjk: str | None = None, indexing: str | None = None
+) -> Plan[SearchSettings]:
+    """Change the archive's search settings (each one given); returns them.
+
+    ``language`` stems words of space-separated text (``english`` by default;
+    ``simple``: no stemming; any of ``chatarchive.SEARCH_LANGUAGES``), ``cjk``
+    splits Chinese, Japanese and Korean text into pairs of characters
+    (``bigram``, the default) or single ones (``unigram``), ``indexing`` is
+    ``sync`` (the default: a write makes its messages searchable before it
+    commits), ``deferred`` (writes only mark their chats; ``index_pending``, or
+    ``chatarchive db index --follow``, indexes them) or ``off``.
+
+    A new language or CJK splitting indexes every message again, as turning
+    search on does: at once, in this transaction, with ``sync`` indexing; with
+    ``deferred``, by ``index_pending``. Going from ``deferred`` to ``sync``
+    indexes the chats still marked.
+
+    Raises:
+        InvalidArgument: an unknown language or mode.
+    """
+    _archive_wide(face, "configure_search")
+    for name, value in (("language", language), ("cjk", cjk), ("indexing", indexing)):
+        if value is not None and not isinstance(value, str):
+            raise InvalidArgument(f"{name} must be a string, not {type(value).__name__}", argument=name)
+    configure = partial(searching.configure, language=language, cjk=cjk, indexing=indexing)
+    changed: SearchSettings = yield Connected(_on_unit(face, configure), transaction=True)
+    return changed
+
+
+def index_pending(face: FaceFacts, /, *, batch_size: int = 200, limit: int | None = None) -> Plan[int]:
+    """Index the messages of the chats that writes have marked (``deferred``
+    indexing, or an upgrade), ``batch_size`` chats per transaction, the least
+    recently written first, until none is left (or ``limit`` chats are done).
+    A chat that a writer holds is left for the next call. Returns how many
+    chats were indexed. ``chatarchive db index --follow`` calls it again and
+    again.
+    """
+    _archive_wide(face, "index_pending")
+    require_at_least_one(batch_size, "batch_size")
+    if limit is not None:
+        require_at_least_one(limit, "limit")
+    done = 0
+    while limit is None or done < limit:
+        size = batch_size if limit is None else min(batch_size, limit - done)
+        indexed: int = yield Connected(
+            _on_unit(face, partial(searching.index_pending, chats_per_batch=size)), transaction=True
+        )
+        if not indexed:
+            break
+        done += indexed
+    return done
+
+
+def _on_unit(face: FaceFacts, call: Callable[..., R]) -> Callable[[Connection], R]:
+    """``call`` of a unit of work on the connection an archive-wide operation runs on."""
+
+    def on(connection: Connection) -> R:
+        return call(Unit(connection, backend=face.backend, user_id=None, limits=None, savepoints=False))
+
+    return on
 
 
 def _archive_wide(face: FaceFacts, /, operation: str) -> None:

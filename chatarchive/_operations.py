@@ -551,3 +551,6 @@ class ArchiveOperations:
     search_index = planned(_admin.search_index)
     set_search_index = planned(_admin.set_search_index)
     rebuild_search_index = planned(_admin.rebuild_search_index)
+    search_settings = planned(_admin.search_settings)
+    configure_search = planned(_admin.configure_search)
+    index_pending = planned(_admin.index_pending)

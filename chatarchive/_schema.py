@@ -34,10 +34,9 @@ __all__ = [
     "DOCUMENT_ORDER",
     "IDS_PER_STATEMENT",
     "ON_ACTIVE_PATH",
-    "PG_SEARCH_INDEXES",
     "SCHEMA_REVISION",
     "SEARCH_OBJECTS",
-    "SQLITE_SEARCH_TABLES",
+    "SEARCH_TERMS",
     "VERSION_TABLE",
     "Base",
     "ChatRow",
@@ -45,6 +44,7 @@ __all__ = [
     "ContentPartRow",
     "FeedbackRow",
     "MessageRow",
+    "SettingRow",
     "TagRow",
     "ToolCallRow",
     "described_by_models",
@@ -64,21 +64,19 @@ NAMING_CONVENTION = {
 
 #: The Alembic revision these models correspond to (a test keeps it equal to
 #: the newest migration).
-SCHEMA_REVISION = "0011"
+SCHEMA_REVISION = "0012"
 
 #: chatarchive's own Alembic version table, so that an application using Alembic
 #: for its own tables can share the database.
 VERSION_TABLE = "chatarchive_version"
 
-#: Objects that migrations create in SQL the models do not describe (full-text
-#: search): the drift check leaves them alone.
-#: PostgreSQL's full-text (GIN) indexes, over messages.text and content_parts.text.
-PG_SEARCH_INDEXES = ("ix_messages_text_search", "ix_content_parts_text_search")
-#: SQLite's full-text (FTS5) tables, over the same texts; FTS5 keeps each one's
-#: index in shadow tables named after it.
-SQLITE_SEARCH_TABLES = ("message_text_search", "message_search")
+#: Objects that migrations create in SQL the models do not describe: the
+#: search terms of each message, a table of ``tsvector`` on PostgreSQL and an
+#: FTS5 table on SQLite (which keeps its index in shadow tables named after
+#: it), with their index and trigger. The drift check leaves them alone.
+SEARCH_TERMS = "message_terms"
 _FTS5_SHADOWS = ("", "_config", "_content", "_data", "_docsize", "_idx")
-SEARCH_OBJECTS = (*PG_SEARCH_INDEXES, *SQLITE_SEARCH_TABLES)
+SEARCH_OBJECTS = (SEARCH_TERMS,)
 
 
 def described_by_models(name: str | None, kind: str, reflected: bool) -> bool:
@@ -106,7 +104,7 @@ def is_archive_table(name: str) -> bool:
     return (
         name in metadata.tables
         or name == VERSION_TABLE
-        or any(name == table + shadow for table in SQLITE_SEARCH_TABLES for shadow in _FTS5_SHADOWS)
+        or any(name == SEARCH_TERMS + shadow for shadow in _FTS5_SHADOWS)
     )
 
 
@@ -152,10 +150,18 @@ class ChatRow(Base):
     ordered_json: Mapped[dict[str, Any] | None] = mapped_column(OrderedJson())
     active_leaf: Mapped[int | None]
     path_length: Mapped[int] = mapped_column(server_default=sql_text("0"))
+    search_from: Mapped[int | None]
 
     __table_args__ = (
         Index(None, "user_id", "updated_at", "chat_id"),
         Index(None, "updated_at", "chat_id"),
+        Index(
+            "ix_chats_search_pending",
+            "updated_at",
+            "chat_id",
+            postgresql_where=sql_text("search_from IS NOT NULL"),
+            sqlite_where=sql_text("search_from IS NOT NULL"),
+        ),
         CheckConstraint("message_count >= 0", name="message_count_not_negative"),
         CheckConstraint("version >= 1", name="version_positive"),
         CheckConstraint("path_length >= 0 AND path_length <= message_count", name="path_length_in_range"),
@@ -329,6 +335,15 @@ class ChunkRow(Base):
     )
 
 
+class SettingRow(Base):
+    """The archive's settings, by name (its search configuration)."""
+
+    __tablename__ = "archive_settings"
+
+    name: Mapped[str] = mapped_column(primary_key=True)
+    value: Mapped[str]
+
+
 #: What every table and column means; on PostgreSQL these are the COMMENTs that
 #: ``\d+`` shows (set by migration 0002).
 TABLE_COMMENTS = {
@@ -342,6 +357,7 @@ TABLE_COMMENTS = {
     "tool_calls": "Tool calls made by assistant messages.",
     "feedback": "Human feedback on a chat, or on one of its messages.",
     "message_chunks": "Streamed pieces of messages still being written; folded in when complete.",
+    "archive_settings": "The archive's settings (its search configuration), by name.",
 }
 ORDERED_JSON_COMMENT = (
     "The row's JSON values whose key order jsonb would not keep, as given, by column name "
@@ -364,6 +380,14 @@ COLUMN_COMMENTS = {
         "ordered_json": ORDERED_JSON_COMMENT,
         "active_leaf": "Position of the last message of the active path (null: the path is empty).",
         "path_length": "Number of messages on the active path (message_count when the chat has no branches).",
+        "search_from": (
+            "Position of the first message whose search terms are still to be indexed "
+            "(null: the chat is searchable as written)."
+        ),
+    },
+    "archive_settings": {
+        "name": "The setting's name (search_language, search_cjk, search_indexing).",
+        "value": "The setting's value.",
     },
     "chat_tags": {
         "chat_id": "The chat.",

@@ -1,28 +1,32 @@
 """Full-text search over message text: what a search asks and what it finds.
 
-Text is in two places: a string content in ``messages.text``, the text parts of
-a list content in ``content_parts.text``. Each backend indexes both its own
-way (PostgreSQL: GIN indexes over ``to_tsvector``; SQLite: FTS5 tables) and
-runs the search; this module holds what is the same on both: the query
-syntax, its limits, the filters and the hits.
+A message's text is its string content (``messages.text``) or its text parts
+(``content_parts.text``) in order. chatarchive splits it into terms
+(``_terms``) and each backend stores and matches them its own way
+(PostgreSQL: ``tsvector`` under a GIN index; SQLite: an FTS5 table); this
+module holds what is the same on both: the query syntax, its limits, the
+filters, the hits and how fresh they are.
 
 Both databases take the same query syntax (words, all of which must match,
 ``"quoted phrases"``, ``-word`` to exclude, ``or`` between alternatives), never
-treat input as SQL, and give one hit per message, best first.
+treat input as SQL, and give one hit per message, best first, ranked and
+snippeted by chatarchive from the same terms.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Double, Integer, TextClause, bindparam
+from sqlalchemy import Integer, TextClause, bindparam
 from sqlalchemy.sql.selectable import TextualSelect
 
 from ._exceptions import InvalidArgument, SchemaNotReady
+from ._terms import Phrase, Tokenizer, has_terms
 from ._types import ArchiveText, UTCDateTime
 
 __all__ = [
@@ -30,12 +34,14 @@ __all__ = [
     "MAX_QUERY_WORDS",
     "SearchFilters",
     "SearchHit",
+    "SearchQuery",
+    "SearchResults",
     "SearchWords",
     "check_query",
-    "hits",
+    "compile_query",
     "parse_query",
     "search_index_off",
-    "typed_search",
+    "typed_candidates",
 ]
 
 #: Marks around matched words in snippets.
@@ -61,6 +67,30 @@ class SearchHit(BaseModel):
     created_at: datetime
     snippet: str
     rank: float
+
+
+class SearchResults(list[SearchHit]):
+    """The hits of a search, best first, and how fresh they are.
+
+    Attributes:
+        pending_chats: how many chats (of those the search may see) have
+            writes that are not searchable yet (``deferred`` indexing, or
+            after an upgrade, until ``chatarchive db index`` has run).
+        pending_since: when the oldest of them was written (``None``: none
+            pending): every write before it is searchable.
+    """
+
+    def __init__(
+        self, hits: Iterable[SearchHit] = (), *, pending_chats: int = 0, pending_since: datetime | None = None
+    ) -> None:
+        super().__init__(hits)
+        self.pending_chats = pending_chats
+        self.pending_since = pending_since
+
+    @property
+    def fresh(self) -> bool:
+        """Whether every write is searchable."""
+        return self.pending_chats == 0
 
 
 @dataclass(frozen=True)
@@ -127,7 +157,7 @@ def parse_query(query: str) -> SearchWords | None:
         if word is not None and word.startswith("-") and len(word) > 1:
             negated, word = "-", word[1:]
         term = phrase if phrase is not None else word
-        if not term or not any(character.isalnum() for character in term):
+        if not has_terms(term):
             continue
         if negated:
             words.excluded.append(term)
@@ -139,37 +169,40 @@ def parse_query(query: str) -> SearchWords | None:
     return words if words.groups else None
 
 
-def typed_search(statement: TextClause, params: dict[str, Any]) -> TextualSelect:
-    """A search statement with its filters' and its result columns' types (text
-    and times as the archive stores them)."""
+@dataclass(frozen=True)
+class SearchQuery:
+    """A query as terms: every group must match (a group matches if any of its
+    phrases does), and no excluded phrase may."""
+
+    groups: list[list[Phrase]]
+    excluded: list[Phrase]
+
+
+def compile_query(words: SearchWords, tokenizer: Tokenizer) -> SearchQuery | None:
+    """``words`` as the archive's terms (``None``: nothing left to find)."""
+    groups = []
+    for group in words.groups:
+        phrases = [phrase for term in group if (phrase := tokenizer.phrase(term)) is not None]
+        if phrases:
+            groups.append(phrases)
+    excluded = [phrase for term in words.excluded if (phrase := tokenizer.phrase(term)) is not None]
+    return SearchQuery(groups, excluded) if groups else None
+
+
+def typed_candidates(statement: TextClause, params: dict[str, Any]) -> TextualSelect:
+    """A search's candidates statement with its filters' and its result
+    columns' types (text and times as the archive stores them)."""
     return statement.bindparams(
         *(bindparam(name, type_=ArchiveText()) for name in ("user_id", "role", "model") if name in params),
         *([bindparam("since", type_=UTCDateTime())] if "since" in params else []),
     ).columns(
         chat_id=ArchiveText(),
-        uid=ArchiveText(),
         position=Integer(),
+        uid=ArchiveText(),
         role=ArchiveText(),
         created_at=UTCDateTime(),
-        rank=Double(),
-        snippet=ArchiveText(),
+        text=ArchiveText(),
     )
-
-
-def hits(rows: Any) -> list[SearchHit]:
-    """The hits of a search statement's rows (see ``typed_search``)."""
-    return [
-        SearchHit(
-            chat_id=row.chat_id,
-            message_uid=row.uid,
-            position=row.position,
-            role=row.role,
-            created_at=row.created_at,
-            snippet=row.snippet,
-            rank=row.rank,
-        )
-        for row in rows
-    ]
 
 
 def search_index_off() -> SchemaNotReady:

@@ -27,7 +27,7 @@ from sqlalchemy.types import TypeEngine
 
 from chatarchive._document import ChatDocument
 from chatarchive._exceptions import ChatArchiveError, NotSupported
-from chatarchive._search import SearchFilters, SearchHit
+from chatarchive._search import SearchFilters, SearchQuery
 
 __all__ = [
     "AnyEngine",
@@ -175,9 +175,11 @@ class Backend(ABC):
         """Insert a new chat row; ``False`` if another writer's transaction
         created the same chat since this one found none."""
 
-    def begin_bulk(self, executor: Executor) -> BulkLoad | None:
+    def begin_bulk(self, executor: Executor, *, terms_index: bool = True) -> BulkLoad | None:
         """Make the archive's tables fast to load into, in the executor's
-        transaction (``None``: this database loads no faster for it)."""
+        transaction (``None``: this database loads no faster for it);
+        ``terms_index``: keep the index of the search terms (else it is built
+        at the end, over every term written meanwhile)."""
         return None
 
     def end_bulk(self, executor: Executor, load: BulkLoad) -> None:
@@ -185,11 +187,28 @@ class Backend(ABC):
         for statement in load.restore:
             executor.execute(text(statement))
 
+    # -- search terms ---------------------------------------------------------------------
+
     @abstractmethod
-    def search(
-        self, executor: Executor, words: str, filters: SearchFilters, *, limit: int
-    ) -> list[SearchHit]:
-        """Messages whose text matches the search ``words``, best first."""
+    def write_terms(self, executor: Executor, entries: Sequence[tuple[str, int, Sequence[str]]]) -> None:
+        """Store the search terms of messages (chat id, position, terms in
+        order) whose rows are written and that have none."""
+
+    @abstractmethod
+    def delete_terms(self, executor: Executor, chat_id: str, from_position: int) -> None:
+        """Delete the search terms of the chat's messages from ``from_position`` on."""
+
+    @abstractmethod
+    def clear_terms(self, connection: Connection) -> None:
+        """Delete every message's search terms."""
+
+    @abstractmethod
+    def match(
+        self, executor: Executor, query: SearchQuery, filters: SearchFilters, *, candidates: int
+    ) -> list[Any]:
+        """Up to ``candidates`` messages whose terms match ``query`` (their
+        ``chat_id``, ``position``, ``uid``, ``role``, ``created_at`` and string
+        ``text``), in no particular order."""
 
     # -- archive-wide switches -------------------------------------------------------------
 
@@ -200,18 +219,6 @@ class Backend(ABC):
     def set_row_level_security(self, connection: Connection, enabled: bool) -> None:
         """Turn row-level security on or off for the archive's tables."""
         raise NotSupported(f"row-level security needs PostgreSQL; {self.title} has none")
-
-    @abstractmethod
-    def search_index(self, connection: Connection) -> bool:
-        """Whether the archive has its full-text search index."""
-
-    @abstractmethod
-    def set_search_index(self, connection: Connection, enabled: bool) -> None:
-        """Create the full-text search index from the stored text, or drop it."""
-
-    @abstractmethod
-    def rebuild_search_index(self, connection: Connection) -> None:
-        """Rebuild the full-text search index from the stored text."""
 
     # -- SQL expressions of analytics -----------------------------------------------------
 

@@ -7,7 +7,7 @@ The only module that imports psycopg. What it does differently from SQLite:
   the server's for a read this small);
 - many rows are written with binary ``COPY``;
 - text and JSON with NUL in them are stored escaped (``_types``);
-- search runs on GIN indexes over ``to_tsvector``;
+- search terms are ``tsvector`` values in ``message_terms``, under a GIN index;
 - a user's transaction sets ``chatarchive.user_id`` for row-level security;
 - a bulk load drops the foreign keys and B-tree indexes, and re-creates them.
 """
@@ -34,6 +34,7 @@ from sqlalchemy import (
     Engine,
     Integer,
     Table,
+    bindparam,
     event,
     func,
     literal_column,
@@ -49,16 +50,9 @@ from sqlalchemy.types import TypeEngine
 from chatarchive._document import ChatDocument
 from chatarchive._exceptions import ChatArchiveError, ConflictError, DatabaseError, SchemaNotReady
 from chatarchive._rows import documents_from_rows
-from chatarchive._schema import DOCUMENT_ORDER, ON_ACTIVE_PATH, PG_SEARCH_INDEXES, metadata
-from chatarchive._search import (
-    HIGHLIGHT,
-    SearchFilters,
-    SearchHit,
-    hits,
-    parse_query,
-    search_index_off,
-    typed_search,
-)
+from chatarchive._schema import DOCUMENT_ORDER, ON_ACTIVE_PATH, SEARCH_TERMS, metadata
+from chatarchive._search import SearchFilters, SearchQuery, typed_candidates
+from chatarchive._terms import Phrase, tsvector_literal
 from chatarchive._types import (
     ArchiveText,
     JsonObject,
@@ -75,14 +69,12 @@ from .base import AnyEngine, Backend, BulkLoad, ExecuteManyWriter, Executor, Row
 
 __all__ = [
     "PING_AFTER_IDLE",
-    "SEARCHED_CHARACTERS",
-    "SEARCH_INDEX_DEFINITIONS",
     "PostgreSQL",
     "bare_connection",
     "copy_prepared",
     "copy_values",
     "driver_call",
-    "searched",
+    "tsquery",
 ]
 
 #: A pooled connection idle for longer than this (seconds) is checked with a
@@ -91,6 +83,9 @@ PING_AFTER_IDLE = 1.0
 
 _chats = metadata.tables["chats"]
 _TABLES = [table.name for table in metadata.sorted_tables]
+#: The tables row-level security covers: the archive's, and its search terms
+#: (which the models do not describe).
+_USERS_TABLES = [*_TABLES, SEARCH_TERMS]
 
 # SQLSTATE classes and codes, see https://www.postgresql.org/docs/current/errcodes-appendix.html
 _CONFLICT_STATES = {"40001", "40P01"}  # serialization failure, deadlock
@@ -240,14 +235,15 @@ class PostgreSQL(Backend):
         )
         return executor.execute(created.returning(_chats.c.chat_id)).first() is not None
 
-    def begin_bulk(self, executor: Executor) -> BulkLoad:
+    def begin_bulk(self, executor: Executor, *, terms_index: bool = True) -> BulkLoad:
         """Lock the archive's tables and drop their foreign keys and secondary
         B-tree indexes. Their definitions are read from the catalog, so indexes
-        created in SQL and any an operator added are rebuilt as they were. GIN
-        indexes (full text) stay: their cost is tokenizing each row, the same
-        whether rows are indexed as they arrive or in a rebuild, and a rebuild
-        would re-tokenize every row already stored (see the performance page)."""
-        executor.execute(text(f"LOCK TABLE {', '.join(_TABLES)} IN ACCESS EXCLUSIVE MODE"))
+        created in SQL and any an operator added are rebuilt as they were. The
+        search terms keep their foreign key (deleting a replaced chat's
+        messages deletes their terms), and their GIN index unless
+        ``terms_index`` is false: rebuilding it would read every term already
+        stored again."""
+        executor.execute(text(f"LOCK TABLE {', '.join(_USERS_TABLES)} IN ACCESS EXCLUSIVE MODE"))
         tables = {"tables": _TABLES}
         foreign_keys = list(executor.execute(_FOREIGN_KEYS, tables))
         indexes = list(executor.execute(_SECONDARY_INDEXES, tables))
@@ -257,6 +253,9 @@ class PostgreSQL(Backend):
         for _, name, definition in indexes:
             executor.execute(text(f'DROP INDEX "{name}"'))
             load.restore.append(definition)
+        if not terms_index:
+            executor.execute(text(f"DROP INDEX {_TERMS_INDEX}"))
+            load.restore.append(f"CREATE INDEX {_TERMS_INDEX} ON {SEARCH_TERMS} USING gin (terms)")
         # Indexes first, then the keys, which PostgreSQL checks in one pass each.
         load.restore += [
             f'ALTER TABLE {table_name} ADD CONSTRAINT "{name}" {definition}'
@@ -264,22 +263,33 @@ class PostgreSQL(Backend):
         ]
         return load
 
-    def search(
-        self, executor: Executor, words: str, filters: SearchFilters, *, limit: int
-    ) -> list[SearchHit]:
-        _require_search_index(connection_of(executor))
-        if parse_query(words) is None:
-            # No word to find: nothing searchable, or only excluded words, which
-            # websearch_to_tsquery would answer with every other message.
-            return []
+    def write_terms(self, executor: Executor, entries: Sequence[tuple[str, int, Sequence[str]]]) -> None:
+        if entries:
+            executor.execute(
+                _WRITE_TERMS,
+                [
+                    {"chat_id": chat_id, "position": position, "terms": tsvector_literal(terms)}
+                    for chat_id, position, terms in entries
+                ],
+            )
+
+    def delete_terms(self, executor: Executor, chat_id: str, from_position: int) -> None:
+        executor.execute(_DELETE_TERMS, {"chat_id": chat_id, "position": from_position})
+
+    def clear_terms(self, connection: Connection) -> None:
+        connection.exec_driver_sql(f"DELETE FROM {SEARCH_TERMS}")
+
+    def match(
+        self, executor: Executor, query: SearchQuery, filters: SearchFilters, *, candidates: int
+    ) -> list[Any]:
         where, params = filters.sql()
-        params |= {"query": words, "limit": limit}
-        statement = typed_search(_search_statement(where, candidates=max(RANKED_CANDIDATES, limit)), params)
+        params |= {"query": tsquery(query)}
+        statement = typed_candidates(_match_statement(where, candidates=candidates), params)
         with _sampled_index_scans(executor):
             rows = executor.execute(statement, params).all()
-        if len(rows) < limit:  # the sample may have missed matches: look at them all
+        if len(rows) < candidates:  # the sample may have missed matches: look at them all
             rows = executor.execute(statement, params).all()
-        return hits(rows)
+        return list(rows)
 
     # -- archive-wide switches -------------------------------------------------------------
 
@@ -288,32 +298,13 @@ class PostgreSQL(Backend):
             "SELECT bool_and(relrowsecurity AND relforcerowsecurity) FROM pg_class "
             "WHERE relname = ANY(:tables) AND relnamespace = to_regnamespace(current_schema())"
         )
-        return bool(connection.execute(query, {"tables": _TABLES}).scalar())
+        return bool(connection.execute(query, {"tables": _USERS_TABLES}).scalar())
 
     def set_row_level_security(self, connection: Connection, enabled: bool) -> None:
         action, force = ("ENABLE", "FORCE") if enabled else ("DISABLE", "NO FORCE")
-        for table in _TABLES:
+        for table in _USERS_TABLES:
             connection.execute(text(f"ALTER TABLE {table} {action} ROW LEVEL SECURITY"))
             connection.execute(text(f"ALTER TABLE {table} {force} ROW LEVEL SECURITY"))
-
-    def search_index(self, connection: Connection) -> bool:
-        present = text("SELECT count(to_regclass(name)) FROM unnest(CAST(:names AS text[])) AS name")
-        found = connection.execute(present, {"names": list(PG_SEARCH_INDEXES)}).scalar_one()
-        return bool(found == len(PG_SEARCH_INDEXES))
-
-    def set_search_index(self, connection: Connection, enabled: bool) -> None:
-        for name, definition in SEARCH_INDEX_DEFINITIONS.items():
-            if enabled:
-                connection.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {name} {definition}")
-            else:
-                connection.exec_driver_sql(f"DROP INDEX IF EXISTS {name}")
-
-    def rebuild_search_index(self, connection: Connection) -> None:
-        # The GIN indexes follow their tables, but need a rebuild after a change
-        # of the text search dictionaries.
-        _require_search_index(connection)
-        for name in PG_SEARCH_INDEXES:
-            connection.exec_driver_sql(f"REINDEX INDEX {name}")
 
     # -- SQL expressions of analytics -----------------------------------------------------
 
@@ -718,44 +709,20 @@ _SECONDARY_INDEXES = text(
 
 # -- search ------------------------------------------------------------------------------------
 
-TEXT_SEARCH_CONFIG = "english"
-#: The first this many characters of each text are indexed and searched:
-#: ``to_tsvector`` refuses more than a megabyte of distinct words; the first
-#: 100,000 characters of any text stay under that.
-SEARCHED_CHARACTERS = 100_000
-
-#: At most this many matching text parts (or ``limit``, if larger) are
-#: ranked: all of them, for all but the most common words. Ranking re-reads
-#: each part's text.
-RANKED_CANDIDATES = 100
-
 #: A first search samples about this many of the index entries of each of its
-#: words (``gin_fuzzy_search_limit``), so that a word found in half the
-#: archive is not read whole to rank a page of hits. If the sample yields fewer
-#: hits than asked for, the search runs again over every match.
+#: terms (``gin_fuzzy_search_limit``), so that a word found in half the
+#: archive is not read whole to pick a page of candidates. If the sample yields
+#: fewer candidates than asked for, the search runs again over every match.
 SAMPLED_MATCHES = 5000
 
-
-def searched(column: str) -> str:
-    """What is indexed of a text column: the same expression in the indexes
-    and in the queries, so that the queries use the indexes."""
-    return f"to_tsvector('{TEXT_SEARCH_CONFIG}', left({column}, {SEARCHED_CHARACTERS}))"
-
-
-#: The full-text indexes as the migrations leave them at head, to drop and
-#: create again (``set_search_index``); a test keeps them equal to what the
-#: migrations create. One GIN index over each table's text.
-_MESSAGES_INDEX, _PARTS_INDEX = PG_SEARCH_INDEXES
-_GIN = f"USING gin ({searched('text')})"
-SEARCH_INDEX_DEFINITIONS = {
-    _MESSAGES_INDEX: f"ON messages {_GIN} WHERE text IS NOT NULL",
-    _PARTS_INDEX: f"ON content_parts {_GIN} WHERE type = 'text'",
-}
-
-
-def _require_search_index(connection: Connection) -> None:
-    if not PostgreSQL().search_index(connection):
-        raise search_index_off()
+_TERMS_INDEX = "ix_message_terms_terms"
+_WRITE_TERMS = text(
+    f"INSERT INTO {SEARCH_TERMS} (chat_id, message_position, terms) "
+    "VALUES (:chat_id, :position, CAST(:terms AS tsvector))"
+).bindparams(bindparam("chat_id", type_=ArchiveText()))
+_DELETE_TERMS = text(
+    f"DELETE FROM {SEARCH_TERMS} WHERE chat_id = :chat_id AND message_position >= :position"
+).bindparams(bindparam("chat_id", type_=ArchiveText()))
 
 
 @contextmanager
@@ -775,45 +742,33 @@ def _sampled_index_scans(executor: Executor) -> Iterator[None]:
     executor.execute(setting, {"value": previous})
 
 
-def _search_statement(where: str, *, candidates: int) -> TextClause:
-    # The candidates' LIMIT is a literal: as a parameter, the plan that
-    # PostgreSQL caches for the prepared statement (after five runs) cannot
-    # know it, and scans every match.
-    config = TEXT_SEARCH_CONFIG
-    best_text = f"left(best.text, {SEARCHED_CHARACTERS})"
-    options = f"StartSel={HIGHLIGHT[0]}, StopSel={HIGHLIGHT[1]}, MaxWords=30, MinWords=10, MaxFragments=2"
+def tsquery(query: SearchQuery) -> str:
+    """A search query as ``tsquery`` input: the terms quoted (they hold only
+    letters and digits), phrases as ``<->``, a prefix as ``:*``."""
+
+    def phrase(item: Phrase) -> str:
+        quoted = [f"'{term}'" for term in item.terms]
+        if item.prefix:
+            quoted[-1] += ":*"
+        return "(" + " <-> ".join(quoted) + ")"
+
+    expression = " & ".join("(" + " | ".join(map(phrase, group)) + ")" for group in query.groups)
+    if query.excluded:
+        expression += " & !(" + " | ".join(map(phrase, query.excluded)) + ")"
+    return expression
+
+
+def _match_statement(where: str, *, candidates: int) -> TextClause:
+    # The LIMIT is a literal: as a parameter, the plan that PostgreSQL caches
+    # for the prepared statement (after five runs) cannot know it, and scans
+    # every match.
     return text(
         f"""
-        WITH q AS (SELECT websearch_to_tsquery('{config}', :query) AS query),
-        candidates AS (
-            (SELECT m.chat_id, m.position AS message_position, m.text
-             FROM messages m
-             CROSS JOIN q
-             JOIN chats c ON c.chat_id = m.chat_id
-             WHERE m.text IS NOT NULL AND {searched("m.text")} @@ q.query{where})
-            UNION ALL
-            (SELECT p.chat_id, p.message_position, p.text
-             FROM content_parts p
-             CROSS JOIN q
-             JOIN messages m ON m.chat_id = p.chat_id AND m.position = p.message_position
-             JOIN chats c ON c.chat_id = p.chat_id
-             WHERE p.type = 'text' AND {searched("p.text")} @@ q.query{where})
-            LIMIT {candidates}
-        ),
-        ranked AS (
-            SELECT DISTINCT ON (chat_id, message_position)
-                   chat_id, message_position, text, ts_rank({searched("text")}, q.query) AS rank
-            FROM candidates CROSS JOIN q
-            ORDER BY chat_id, message_position, rank DESC
-        ),
-        best AS (
-            SELECT * FROM ranked ORDER BY rank DESC, chat_id, message_position LIMIT :limit
-        )
-        SELECT best.chat_id, m.uid, m.position, m.role, m.created_at, best.rank,
-               ts_headline('{config}', {best_text}, q.query, '{options}') AS snippet
-        FROM best
-        JOIN messages m ON m.chat_id = best.chat_id AND m.position = best.message_position
-        CROSS JOIN q
-        ORDER BY best.rank DESC, best.chat_id, best.message_position
+        SELECT m.chat_id, m.position, m.uid, m.role, m.created_at, m.text
+        FROM {SEARCH_TERMS} t
+        JOIN messages m ON m.chat_id = t.chat_id AND m.position = t.message_position
+        JOIN chats c ON c.chat_id = t.chat_id
+        WHERE t.terms @@ CAST(:query AS tsquery){where}
+        LIMIT {candidates}
         """
     )

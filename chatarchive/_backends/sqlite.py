@@ -6,7 +6,7 @@ What it does differently from PostgreSQL:
   up front instead of failing with "database is locked" when another writer
   committed after its first read;
 - documents are read a table at a time, in one transaction's snapshot;
-- search runs on FTS5 tables kept in step by triggers;
+- search terms are in an FTS5 table, by the rowid of their message;
 - there is no row-level security and no parallel writing (one writer at a time);
 - a path that cannot be an archive is named in the error, and one that does
   not exist is not created by a call that only looks at it.
@@ -20,7 +20,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import sqlalchemy
 from sqlalchemy import (
@@ -30,7 +30,6 @@ from sqlalchemy import (
     Connection,
     Engine,
     Table,
-    bindparam,
     event,
     func,
     insert,
@@ -49,22 +48,14 @@ from chatarchive._exceptions import (
     TransactionInProgress,
 )
 from chatarchive._rows import documents_from_rows
-from chatarchive._schema import DOCUMENT_ORDER, ON_ACTIVE_PATH, in_pieces, metadata
-from chatarchive._search import (
-    HIGHLIGHT,
-    SearchFilters,
-    SearchHit,
-    SearchWords,
-    hits,
-    parse_query,
-    search_index_off,
-    typed_search,
-)
+from chatarchive._schema import DOCUMENT_ORDER, ON_ACTIVE_PATH, SEARCH_TERMS, in_pieces, metadata
+from chatarchive._search import SearchFilters, SearchQuery, typed_candidates
+from chatarchive._terms import Phrase
 from chatarchive._types import ArchiveText
 
-from .base import AnyEngine, Backend, ExecuteManyWriter, Executor, RowWriter, connection_of
+from .base import AnyEngine, Backend, ExecuteManyWriter, Executor, RowWriter
 
-__all__ = ["SEARCH_TABLES", "SQLite", "fts5_query"]
+__all__ = ["SEARCH_TERMS_DDL", "SQLite", "fts5_query"]
 
 _chats = metadata.tables["chats"]
 
@@ -183,42 +174,28 @@ class SQLite(Backend):
         executor.execute(insert(_chats), [row])
         return True
 
-    def search(
-        self, executor: Executor, words: str, filters: SearchFilters, *, limit: int
-    ) -> list[SearchHit]:
-        if not self.search_index(connection_of(executor)):
-            raise search_index_off()
-        parsed = parse_query(words)
-        if parsed is None:
-            return []
+    def write_terms(self, executor: Executor, entries: Sequence[tuple[str, int, Sequence[str]]]) -> None:
+        if entries:
+            executor.execute(
+                _WRITE_TERMS,
+                [
+                    {"chat_id": chat_id, "position": position, "terms": " ".join(terms)}
+                    for chat_id, position, terms in entries
+                ],
+            )
+
+    def delete_terms(self, executor: Executor, chat_id: str, from_position: int) -> None:
+        executor.execute(_DELETE_TERMS, {"chat_id": chat_id, "position": from_position})
+
+    def clear_terms(self, connection: Connection) -> None:
+        connection.exec_driver_sql(f"DELETE FROM {SEARCH_TERMS}")
+
+    def match(
+        self, executor: Executor, query: SearchQuery, filters: SearchFilters, *, candidates: int
+    ) -> list[Any]:
         where, params = filters.sql()
-        params |= {"query": fts5_query(parsed), "limit": limit}
-        return hits(executor.execute(typed_search(_search_statement(where), params), params).all())
-
-    # -- archive-wide switches -------------------------------------------------------------
-
-    def search_index(self, connection: Connection) -> bool:
-        present = text("SELECT count(*) FROM sqlite_master WHERE name IN :names").bindparams(
-            bindparam("names", expanding=True)
-        )
-        names = [name for table in SEARCH_TABLES for name in table.object_names()]
-        return bool(connection.execute(present, {"names": names}).scalar_one() == len(names))
-
-    def set_search_index(self, connection: Connection, enabled: bool) -> None:
-        if enabled and self.search_index(connection):
-            return
-        for table in SEARCH_TABLES:
-            for statement in table.drop() + ([*table.create(), table.fill()] if enabled else []):
-                connection.exec_driver_sql(statement)
-
-    def rebuild_search_index(self, connection: Connection) -> None:
-        # The FTS5 tables point at rows by rowid, which a dump and reload (or a
-        # VACUUM, which SQLite allows to renumber rows) may change.
-        if not self.search_index(connection):
-            raise search_index_off()
-        for table in SEARCH_TABLES:
-            connection.exec_driver_sql(f"INSERT INTO {table.name} ({table.name}) VALUES ('delete-all')")
-            connection.exec_driver_sql(table.fill())
+        params |= {"query": fts5_query(query)}
+        return list(executor.execute(typed_candidates(_match_statement(where, candidates), params), params))
 
     # -- SQL expressions of analytics -----------------------------------------------------
 
@@ -369,138 +346,48 @@ def _foreign_keys(connection: Connection, *, enabled: bool) -> None:
 # -- search ------------------------------------------------------------------------------------
 
 
-def fts5_query(words: SearchWords) -> str:
-    """A parsed query as an FTS5 query in which every term is a quoted string,
-    so that no input is ever FTS5 syntax."""
+def fts5_query(query: SearchQuery) -> str:
+    """A search query as an FTS5 query in which every phrase is a quoted
+    string (of terms that hold only letters and digits), so that no input is
+    ever FTS5 syntax; a prefix is a ``*`` after its phrase."""
 
-    def quoted(term: str) -> str:
-        return '"' + term.replace('"', '""') + '"'
+    def quoted(phrase: Phrase) -> str:
+        return '"' + " ".join(phrase.terms) + '"' + (" *" if phrase.prefix else "")
 
-    expression = " AND ".join("(" + " OR ".join(map(quoted, group)) + ")" for group in words.groups)
-    if words.excluded:
-        expression = f"({expression}) NOT ({' OR '.join(map(quoted, words.excluded))})"
+    expression = " AND ".join("(" + " OR ".join(map(quoted, group)) + ")" for group in query.groups)
+    if query.excluded:
+        expression = f"({expression}) NOT ({' OR '.join(map(quoted, query.excluded))})"
     return expression
 
 
-_TRIGGER_EVENTS = ("insert", "delete", "update")
+#: The search terms as the migrations leave them at head (0012): an FTS5
+#: table keyed by its messages' rowids, split at spaces (``ascii``: the terms
+#: are chatarchive's, folded already), and the trigger that deletes a
+#: message's terms with it.
+SEARCH_TERMS_DDL = (
+    f"CREATE VIRTUAL TABLE {SEARCH_TERMS} USING fts5(terms, tokenize='ascii')",
+    f"CREATE TRIGGER {SEARCH_TERMS}_delete AFTER DELETE ON messages BEGIN "
+    f"DELETE FROM {SEARCH_TERMS} WHERE rowid = old.rowid; END",
+)
 
-
-class FullTextTable(NamedTuple):
-    """An FTS5 table over one table's text, keyed by its rowids, and the
-    triggers that keep it in step."""
-
-    name: str
-    table: str
-    indexed: str  # which rows of ``table`` it holds
-    triggers: tuple[str, str, str]  # named {name}_{event}, for each of _TRIGGER_EVENTS
-
-    def create(self) -> list[str]:
-        return [
-            f"CREATE VIRTUAL TABLE {self.name} USING fts5("
-            f"text, content='{self.table}', content_rowid='rowid', tokenize='porter unicode61')",
-            *self.triggers,
-        ]
-
-    def drop(self) -> list[str]:
-        return [
-            *(f"DROP TRIGGER IF EXISTS {self.name}_{event}" for event in _TRIGGER_EVENTS),
-            f"DROP TABLE IF EXISTS {self.name}",
-        ]
-
-    def fill(self) -> str:
-        return (
-            f"INSERT INTO {self.name} (rowid, text) SELECT rowid, text FROM {self.table} WHERE {self.indexed}"
-        )
-
-    def object_names(self) -> list[str]:
-        return [self.name, *(f"{self.name}_{event}" for event in _TRIGGER_EVENTS)]
-
-
-#: The full-text tables as the migrations leave them at head (0005 for string
-#: contents, 0002 for text parts), to drop and create again
-#: (``set_search_index``); a test keeps them equal to what the migrations create.
-SEARCH_TABLES = (
-    FullTextTable(
-        "message_text_search",
-        "messages",
-        "text IS NOT NULL",
-        (
-            "CREATE TRIGGER message_text_search_insert AFTER INSERT ON messages "
-            "WHEN new.text IS NOT NULL BEGIN "
-            "INSERT INTO message_text_search (rowid, text) VALUES (new.rowid, new.text); END",
-            "CREATE TRIGGER message_text_search_delete AFTER DELETE ON messages "
-            "WHEN old.text IS NOT NULL BEGIN "
-            "INSERT INTO message_text_search (message_text_search, rowid, text) "
-            "VALUES ('delete', old.rowid, old.text); END",
-            "CREATE TRIGGER message_text_search_update AFTER UPDATE OF text ON messages BEGIN "
-            "INSERT INTO message_text_search (message_text_search, rowid, text) "
-            "SELECT 'delete', old.rowid, old.text WHERE old.text IS NOT NULL; "
-            "INSERT INTO message_text_search (rowid, text) "
-            "SELECT new.rowid, new.text WHERE new.text IS NOT NULL; END",
-        ),
-    ),
-    FullTextTable(
-        "message_search",
-        "content_parts",
-        "type = 'text'",
-        (
-            "CREATE TRIGGER message_search_insert AFTER INSERT ON content_parts WHEN new.type = 'text' BEGIN "
-            "INSERT INTO message_search (rowid, text) VALUES (new.rowid, new.text); END",
-            "CREATE TRIGGER message_search_delete AFTER DELETE ON content_parts WHEN old.type = 'text' BEGIN "
-            "INSERT INTO message_search (message_search, rowid, text) "
-            "VALUES ('delete', old.rowid, old.text); END",
-            "CREATE TRIGGER message_search_update AFTER UPDATE ON content_parts BEGIN "
-            "INSERT INTO message_search (message_search, rowid, text) "
-            "SELECT 'delete', old.rowid, old.text WHERE old.type = 'text'; "
-            "INSERT INTO message_search (rowid, text) "
-            "SELECT new.rowid, new.text WHERE new.type = 'text'; END",
-        ),
-    ),
+_WRITE_TERMS = text(
+    f"INSERT INTO {SEARCH_TERMS} (rowid, terms) "
+    "SELECT rowid, :terms FROM messages WHERE chat_id = :chat_id AND position = :position"
+)
+_DELETE_TERMS = text(
+    f"DELETE FROM {SEARCH_TERMS} WHERE rowid IN "
+    "(SELECT rowid FROM messages WHERE chat_id = :chat_id AND position >= :position)"
 )
 
 
-def _search_statement(where: str) -> Any:
-    start, stop = HIGHLIGHT
-    # FTS5's rank is computed for every match inside the FTS5 module (cheap);
-    # snippets only for the hits returned.
+def _match_statement(where: str, candidates: int) -> Any:
     return text(
         f"""
-        WITH matched AS MATERIALIZED (
-            SELECT 0 AS source, rowid AS row, -rank AS rank
-            FROM message_text_search WHERE message_text_search MATCH :query
-            UNION ALL
-            SELECT 1, rowid, -rank FROM message_search WHERE message_search MATCH :query
-        ),
-        located AS (
-            SELECT m.chat_id, m.position AS message_position, matched.source, matched.row, matched.rank
-            FROM matched JOIN messages m ON m.rowid = matched.row WHERE matched.source = 0
-            UNION ALL
-            SELECT p.chat_id, p.message_position, matched.source, matched.row, matched.rank
-            FROM matched JOIN content_parts p ON p.rowid = matched.row WHERE matched.source = 1
-        ),
-        hits AS (
-            SELECT located.*,
-                   row_number() OVER (
-                       PARTITION BY located.chat_id, located.message_position ORDER BY located.rank DESC
-                   ) AS nth
-            FROM located
-            JOIN messages m ON m.chat_id = located.chat_id AND m.position = located.message_position
-            JOIN chats c ON c.chat_id = located.chat_id
-            WHERE true{where}
-        ),
-        best AS (
-            SELECT * FROM hits WHERE nth = 1 ORDER BY rank DESC, chat_id, message_position LIMIT :limit
-        )
-        SELECT best.chat_id, m.uid, m.position, m.role, m.created_at, best.rank,
-               CASE best.source
-                   WHEN 0 THEN (SELECT snippet(message_text_search, 0, '{start}', '{stop}', '…', 24)
-                                FROM message_text_search
-                                WHERE message_text_search MATCH :query AND rowid = best.row)
-                   ELSE (SELECT snippet(message_search, 0, '{start}', '{stop}', '…', 24)
-                         FROM message_search WHERE message_search MATCH :query AND rowid = best.row)
-               END AS snippet
-        FROM best
-        JOIN messages m ON m.chat_id = best.chat_id AND m.position = best.message_position
-        ORDER BY best.rank DESC, best.chat_id, best.message_position
+        SELECT m.chat_id, m.position, m.uid, m.role, m.created_at, m.text
+        FROM {SEARCH_TERMS} t
+        JOIN messages m ON m.rowid = t.rowid
+        JOIN chats c ON c.chat_id = m.chat_id
+        WHERE {SEARCH_TERMS} MATCH :query{where}
+        LIMIT {candidates}
         """
     )

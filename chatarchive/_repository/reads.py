@@ -23,9 +23,10 @@ from chatarchive._arguments import (
 from chatarchive._document import ChatDocument, ChatFilter, ChatPage, ChatSummary, ChatTree
 from chatarchive._exceptions import ChatNotFound, InvalidArgument
 from chatarchive._schema import metadata
-from chatarchive._search import SearchFilters, SearchHit, check_query
+from chatarchive._search import SearchFilters, SearchResults, check_query
 from chatarchive._types import ArchiveText, UTCDateTime
 
+from . import searching
 from .plans import Emit, FaceFacts, Kind, Step, Stream
 from .unit import NOBODY, Unit, scoped_user
 
@@ -189,8 +190,9 @@ def search(
     model: str | None = None,
     since: datetime | None = None,
     limit: int = 20,
-) -> list[SearchHit]:
-    """Messages whose text matches ``query``, best first, one hit per message.
+) -> SearchResults:
+    """Messages whose text matches ``query``, best first, one hit per message,
+    and how fresh the search index is (``SearchResults.pending_chats``).
 
     ``query`` takes web-search syntax: words (all must match), "quoted
     phrases", ``-word`` to exclude, ``or`` between alternatives. Input is never
@@ -210,10 +212,10 @@ def search(
     role, model = optional_text(role, "role"), optional_text(model, "model")
     user = scoped_user(unit.user_id, user_id)
     if user is NOBODY:
-        return []
+        return SearchResults()
     filters = SearchFilters(user_id=user, role=role, model=model, since=since)
     with unit.reading():
-        return unit.backend.search(unit.executor, query.replace("\x00", " "), filters, limit=limit)
+        return searching.search(unit, query.replace("\x00", " "), filters, limit=limit)
 
 
 def _check_filter(where: object) -> None:

@@ -21,6 +21,7 @@ from chatarchive._rows import fold_chunks
 from chatarchive._schema import DOCUMENT_ORDER, metadata
 from chatarchive._types import ArchiveText
 
+from . import searching
 from .unit import Unit, now
 from .writes import append, bump, message_data, require_chat, rewrite_message, stored_message
 
@@ -236,6 +237,7 @@ def complete_message(unit: Unit, /, chat_id: str, message_uid: str, **fields: An
             )
         )
         rewrite_message(unit, chat_id, position, message, moment)
+        searching.changed(unit, chat_id, position)
     return message
 
 

@@ -21,6 +21,7 @@ from sqlalchemy import update as update_rows
 from chatarchive._exceptions import InvalidArgument, quoted
 from chatarchive._schema import metadata
 
+from . import searching
 from .unit import Unit
 
 __all__ = [
@@ -166,6 +167,8 @@ def remove(unit: Unit, /, chat_id: str, positions: Sequence[int], message_count:
         unit.execute(delete_rows(messages).where(messages.c.chat_id == chat_id, chosen(messages.c.position)))
     if not last_ones:
         _close_gaps(unit, chat_id, after=first)
+        # The messages that moved were written again, without their search terms.
+        searching.changed(unit, chat_id, first)
 
 
 def _close_gaps(unit: Unit, /, chat_id: str, *, after: int) -> None:

@@ -23,6 +23,7 @@ from chatarchive._backends.base import connection_of
 from chatarchive._document import ChatDocument, Limits
 from chatarchive._exceptions import InvalidDocument
 from chatarchive._schema import metadata
+from chatarchive._terms import SearchSettings
 
 __all__ = ["NOBODY", "Unit", "now", "scoped_user"]
 
@@ -82,6 +83,8 @@ class Unit:
         self.user_id = user_id
         self.limits = limits
         self.savepoints = savepoints
+        #: The archive's search settings, once read (``searching.settings``).
+        self.search_settings: SearchSettings | None = None
 
     @property
     def connection(self) -> Connection:

@@ -39,6 +39,7 @@ from chatarchive._rows import (
 )
 from chatarchive._schema import DOCUMENT_ORDER, in_pieces, metadata
 
+from . import searching
 from .plans import FaceFacts, Kind, Plan, Step
 from .tree import cut_path_below, message_at, move_path, next_sibling_index, path_positions, remove, subtree
 from .unit import NOBODY, Unit, now, scoped_user
@@ -145,6 +146,7 @@ def save(unit: Unit, /, doc: ChatDocument | Mapping[str, Any], *, expected_versi
             if current is not None and doc.is_linear:
                 refuse_to_lose_branches(doc.chat_id, current)
             rows = document_to_rows(doc, now=now(), version=stored + 1)
+            rows.chat["search_from"] = searching.pending_mark(unit)
             if current is None:
                 if not unit.backend.create_chat(unit.executor, rows.chat):
                     continue  # another writer created the chat after the lock found none: replace it
@@ -153,6 +155,7 @@ def save(unit: Unit, /, doc: ChatDocument | Mapping[str, Any], *, expected_versi
                 unit.execute(update_rows(chats).where(chats.c.chat_id == doc.chat_id).values(rows.chat))
             unit.insert(chat_tags, rows.tags)
             insert_messages(unit, rows)
+            searching.written(unit, rows.messages, rows.parts, marked=True)
             unit.insert(feedback_table, rows.feedback)
             return stored + 1
     if unit.user_id is not None:  # there, but row-level security hides it: another user's
@@ -338,6 +341,7 @@ def _add(
             chat_id, parsed, first_position=count, now=moment, parent=attach_to, sibling_index=sibling_index
         )
         insert_messages(unit, rows)
+        searching.written(unit, rows.messages, rows.parts)
     return [m if m.created_at else m.model_copy(update={"created_at": moment}) for m in parsed]
 
 

@@ -34,7 +34,7 @@ from chatarchive._backends.postgresql import bare_connection, copy_prepared, cop
 from chatarchive._document import ChatDocument, ChatFilter
 from chatarchive._engine import create_engine, database_url
 from chatarchive._rows import ChatRows, document_to_rows
-from chatarchive._schema import PG_SEARCH_INDEXES, metadata
+from chatarchive._schema import SEARCH_TERMS, metadata
 
 from .frameworks import FRAMEWORKS, measure_frameworks
 from .workload import chatgpt_export, generate_chats, search_terms
@@ -43,7 +43,8 @@ __all__ = ["BenchReport", "run_bench"]
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
-_TABLES = [table.name for table in metadata.sorted_tables]
+#: The tables a run fills (the archive's settings stay as they are).
+_TABLES = [table.name for table in metadata.sorted_tables if table.name != "archive_settings"]
 #: The reference designs' schema and tables (PostgreSQL), dropped after the run.
 _PK_ONLY, _JSONB_DOCS, _JSONB_HISTORY = "bench_pk_only", "bench_jsonb_docs", "bench_jsonb_history"
 
@@ -322,7 +323,8 @@ class _Bench:
         schema = schema or self.schema
         with self.engine.begin() as connection:
             if self.postgres:
-                connection.execute(text(f"TRUNCATE {', '.join(f'{schema}.{t}' for t in _TABLES)}"))
+                tables = [*_TABLES, SEARCH_TERMS] if schema == self.schema else _TABLES
+                connection.execute(text(f"TRUNCATE {', '.join(f'{schema}.{t}' for t in tables)}"))
             else:
                 for table in reversed(_TABLES):
                     connection.execute(text(f"DELETE FROM {table}"))
@@ -707,13 +709,13 @@ class _Bench:
                     text("SELECT pg_total_relation_size(CAST(:name AS regclass))"),
                     {"name": f"{self.schema}.{name}"},
                 ).scalar_one()
-                for name in _TABLES
+                for name in [*_TABLES, SEARCH_TERMS]
             )
             docs = connection.execute(text(f"SELECT pg_total_relation_size('{_JSONB_DOCS}')")).scalar_one()
-            search_index = sum(
-                connection.execute(text("SELECT pg_relation_size(:name)"), {"name": name}).scalar_one()
-                for name in PG_SEARCH_INDEXES
-            )
+            search_index = connection.execute(
+                text("SELECT pg_total_relation_size(CAST(:name AS regclass))"),
+                {"name": f"{self.schema}.{SEARCH_TERMS}"},
+            ).scalar_one()
         self.figures["bytes_per_message"] = ours / self.message_total
         self.figures["bytes_per_message_no_search_index"] = (ours - search_index) / self.message_total
         self.figures["bytes_per_message_jsonb_doc"] = docs / self.message_total

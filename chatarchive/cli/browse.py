@@ -205,8 +205,18 @@ def search(
     limit: int,
     as_json: bool,
 ) -> None:
-    """Full-text search over message text: words, "phrases", -word, or."""
+    """Full-text search over message text: words, "phrases", -word, or.
+
+    Finds words in every script (Chinese, Japanese and Korean too). With
+    deferred indexing, says on stderr how many chats are not searchable yet.
+    """
     hits = archive().search(query, user_id=user_id, role=role, model=model, since=since, limit=limit)
+    if not hits.fresh:
+        stderr().print(
+            f"{hits.pending_chats} chats have writes not searchable yet "
+            f"(the oldest from {hits.pending_since:%Y-%m-%d %H:%M:%S} UTC): "
+            "'chatarchive db index' indexes them"
+        )
     if as_json:
         echo_json([hit.model_dump(mode="json") for hit in hits])
         return

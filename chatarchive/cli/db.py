@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import io
 import sys
+import time
 from collections.abc import Callable
 
 import click
 
 from chatarchive._api import ChatArchive
 from chatarchive._migrations import render
+from chatarchive._terms import CJK_MODES, INDEXING_MODES, LANGUAGES, SearchSettings
 
 from .app import CommandGroup, archive, ask_if_chats_are_lost, fail, main
 from .rendering import stderr
@@ -49,17 +51,48 @@ def _print_migration(
     sys.stdout.write(script.getvalue())
 
 
+_LANGUAGE = click.option(
+    "--language",
+    type=click.Choice(LANGUAGES),
+    help="Stem the words of space-separated text in this language ('simple': no stemming).",
+)
+_CJK = click.option(
+    "--cjk",
+    type=click.Choice(CJK_MODES),
+    help="Index Chinese, Japanese and Korean text as pairs of characters (bigram) or single ones (unigram).",
+)
+_INDEXING = click.option(
+    "--indexing",
+    type=click.Choice(INDEXING_MODES),
+    help="Index messages as they are written (sync), after them with 'chatarchive db index' (deferred), "
+    "or not at all (off).",
+)
+
+
 @db.command("upgrade")
 @click.argument("revision", default="head")
 @_SQL_ONLY
 @_LOCK_TIMEOUT
-def db_upgrade(revision: str, sql: bool, lock_timeout: float | None) -> None:
-    """Migrate the database up to REVISION (default: the newest)."""
+@_LANGUAGE
+@_CJK
+@_INDEXING
+def db_upgrade(
+    revision: str,
+    sql: bool,
+    lock_timeout: float | None,
+    language: str | None,
+    cjk: str | None,
+    indexing: str | None,
+) -> None:
+    """Migrate the database up to REVISION (default: the newest), and set
+    its search configuration if asked (see 'chatarchive db search')."""
     target = archive()
     if sql:
         _print_migration(target, revision, up=True, lock_timeout=lock_timeout)
         return
     target.upgrade(revision, lock_timeout=lock_timeout)
+    if language or cjk or indexing:
+        _print_settings(target.configure_search(language=language, cjk=cjk, indexing=indexing))
     stderr().print(f"database at revision {target.current_revision()}")
 
 
@@ -134,6 +167,71 @@ def db_search_index(state: str) -> None:
     """
     target = archive()
     _switch(state, target.set_search_index, target.search_index)
+
+
+@db.command("search")
+@_LANGUAGE
+@_CJK
+@_INDEXING
+def db_search(language: str | None, cjk: str | None, indexing: str | None) -> None:
+    """Show the archive's search configuration, or change it.
+
+    A new language or CJK splitting, or indexing turned on, indexes every
+    message again: at once with sync indexing (writes wait), or by 'chatarchive
+    db index' with deferred indexing.
+    """
+    target = archive()
+    if language or cjk or indexing:
+        _print_settings(target.configure_search(language=language, cjk=cjk, indexing=indexing))
+    else:
+        _print_settings(target.search_settings())
+
+
+def _print_settings(settings: SearchSettings) -> None:
+    for name in ("language", "cjk", "indexing"):
+        click.echo(f"{name}\t{getattr(settings, name)}")
+
+
+@db.command("index")
+@click.option("--follow", is_flag=True, help="Keep going: index new writes as they come, until interrupted.")
+@click.option(
+    "--batch-size",
+    default=200,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Chats indexed per transaction.",
+)
+@click.option(
+    "--interval",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(min=0.01),
+    metavar="SECONDS",
+    help="With --follow: how long to wait when nothing is left to index.",
+)
+def db_index(follow: bool, batch_size: int, interval: float) -> None:
+    """Index the chats whose writes are not searchable yet (deferred indexing,
+    or after an upgrade), the least recently written first.
+
+    With --follow it keeps indexing new writes, waiting INTERVAL seconds
+    whenever none is left: new messages become searchable within about that
+    long (plus the time to index a batch). Stop it with Ctrl-C.
+    """
+    target = archive()
+    total = 0
+    try:
+        while True:
+            done = target.index_pending(batch_size=batch_size, limit=batch_size if follow else None)
+            total += done
+            if done:
+                stderr().print(f"indexed {total} chats")
+            elif not follow:
+                break
+            else:
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+    stderr().print(f"indexed {total} chats; up to date" if not follow else f"indexed {total} chats")
 
 
 @db.command("rls")

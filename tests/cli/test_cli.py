@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from sqlalchemy import URL
 
 from chatarchive import create_engine
-from chatarchive._schema import SCHEMA_REVISION
+from chatarchive._schema import SCHEMA_REVISION, metadata
 from chatarchive.cli import main
 from tests.support.commands import CHATARCHIVE, Ran, Run, invoke
 
@@ -98,6 +98,8 @@ def test_commands_on_a_sqlite_file_that_does_not_exist_leave_no_file(
         ["db", "check"],
         ["db", "reindex"],
         ["db", "search-index"],
+        ["db", "search"],
+        ["db", "index"],
         ["db", "downgrade", "base", "--yes"],
         ["db", "downgrade", "base"],  # counting the chats it would drop made the file
     ):
@@ -650,7 +652,8 @@ def test_bench_keep_runs_in_an_archive_outside_the_public_schema(tmp_path: Path)
                 ).all()
         finally:
             engine.dispose()
-        assert dict(tables) == {"Chats": 8}  # the archive's seven and its version table
+        # The archive's tables, its search terms and its version table.
+        assert dict(tables) == {"Chats": len(metadata.tables) + 2}
 
 
 def test_stats_and_search(run: Run, tmp_path: Path) -> None:
@@ -685,6 +688,29 @@ def test_stats_and_search(run: Run, tmp_path: Path) -> None:
     assert json.loads(run("search", "primer dimers", "--json").stdout) == hits
     assert "no matches" in run("search", "'&:*").stderr
     run("stats", "--by", "planet", expect=2)
+
+
+def test_search_configuration_and_deferred_indexing(run: Run, tmp_path: Path) -> None:
+    settings = run("db", "upgrade", "--indexing", "deferred", "--language", "german").stdout
+    assert settings == "language\tgerman\ncjk\tbigram\nindexing\tdeferred\n"
+    assert run("db", "search").stdout == settings
+    chat = {
+        "chat_id": "zh",
+        "messages": [{"role": "user", "content": "为什么PCR会出现非特异性条带？ Die Häuser"}],
+    }
+    run("import", write(tmp_path / "zh.json", json.dumps(chat)))
+    waiting = run("search", "条带")
+    assert "1 chats have writes not searchable yet" in waiting.stderr
+    assert "no matches" in waiting.stderr
+    assert "indexed 1 chats; up to date" in run("db", "index").stderr
+    found = run("search", "条带 haus", "--json")
+    assert [hit["snippet"] for hit in json.loads(found.stdout)] == [
+        "为什么PCR会出现非特异性«条带»？ Die «Häuser»"
+    ]
+    assert "not searchable yet" not in found.stderr
+    assert run("db", "search", "--cjk", "unigram", "--indexing", "sync").stdout.endswith("indexing\tsync\n")
+    assert "«性条»" in json.loads(run("search", "性条", "--json").stdout)[0]["snippet"]
+    run("db", "search", "--language", "klingon", expect=2)
 
 
 # Stored text is whatever users and models wrote: console markup, emoji codes,

@@ -23,7 +23,7 @@ from chatarchive import (
     InvalidDocument,
 )
 from chatarchive._rows import ChatRows, document_to_rows
-from chatarchive._schema import PG_SEARCH_INDEXES, metadata
+from chatarchive._schema import metadata
 from chatarchive.bench.workload import generate_chats
 from tests.support.async_shim import in_sync_session
 from tests.support.chats import HOSTILE, SIGNED, UNSORTED, counts, snapshot
@@ -218,7 +218,7 @@ def test_the_bulk_load_keeps_the_full_text_indexes_in_place(pg_archive: tuple[Ch
     archive.save_many(generate_chats(3, 4, seed=1))
     oids = text(
         "SELECT indexrelid::regclass::text, indexrelid::int FROM pg_index "
-        "WHERE indrelid IN ('messages'::regclass, 'content_parts'::regclass)"
+        "WHERE indrelid IN ('messages'::regclass, 'content_parts'::regclass, 'message_terms'::regclass)"
     )
 
     def index_oids() -> dict[str, int]:
@@ -229,9 +229,32 @@ def test_the_bulk_load_keeps_the_full_text_indexes_in_place(pg_archive: tuple[Ch
     loaded = {"chat_id": "loaded", "messages": [{"role": "user", "content": "zanzibar marmalade"}]}
     archive.save_many([*generate_chats(5, 4, seed=2), loaded], bulk=True)
     after = index_oids()
-    assert [after[name] for name in PG_SEARCH_INDEXES] == [before[name] for name in PG_SEARCH_INDEXES]
+    assert after["ix_message_terms_terms"] == before["ix_message_terms_terms"]
     assert after.keys() == before.keys()
     assert [hit.chat_id for hit in archive.search("marmalade")] == ["loaded"]  # the index took the new rows
+
+
+def test_a_bulk_load_into_an_empty_archive_indexes_once_after_loading(archive: ChatArchive) -> None:
+    oid = text("SELECT to_regclass('ix_message_terms_terms')::oid::int")
+    postgres = archive.engine.dialect.name == "postgresql"
+    if postgres:
+        with archive.engine.connect() as connection:
+            before = connection.execute(oid).scalar_one()
+    loaded = {"chat_id": "loaded", "messages": [{"role": "user", "content": "zanzibar 条带 marmalade"}]}
+    archive.save_many([*generate_chats(5, 4, seed=2), loaded], bulk=True)
+    assert [hit.chat_id for hit in archive.search("条带")] == ["loaded"]
+    assert archive.search("条带").fresh
+    if postgres:  # the index was built again, over every term at once
+        with archive.engine.connect() as connection:
+            assert connection.execute(oid).scalar_one() != before
+
+
+def test_a_bulk_load_with_deferred_indexing_leaves_the_chats_marked(archive: ChatArchive) -> None:
+    archive.configure_search(indexing="deferred")
+    archive.save_many([{"chat_id": "loaded", "messages": [{"role": "user", "content": "条带"}]}], bulk=True)
+    assert archive.search("条带").pending_chats == 1
+    assert archive.index_pending() == 1
+    assert [hit.chat_id for hit in archive.search("条带")] == ["loaded"]
 
 
 def test_the_producer_stops_when_the_consumer_fails(repo: ChatRepository) -> None:

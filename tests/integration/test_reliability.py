@@ -30,7 +30,7 @@ from chatarchive import (
 )
 from chatarchive._backends import database_errors
 from chatarchive._repository import writes
-from chatarchive._schema import metadata
+from chatarchive._schema import SEARCH_TERMS, metadata
 from tests.support.chats import snapshot, tool_chat
 
 
@@ -330,7 +330,17 @@ def test_every_table_is_emptied_by_erasure(archive: ChatArchive, engine: Engine)
                 text(f"SELECT count(*) FROM {name} WHERE chat_id LIKE 'c%'")
             ).scalar_one()
             for name in metadata.tables
+            if name != "archive_settings"
         }
+        # Their messages' search terms too (SQLite's hold no chat id: none outlives its message).
+        remaining[SEARCH_TERMS] = connection.execute(
+            text(f"SELECT count(*) FROM {SEARCH_TERMS} WHERE chat_id LIKE 'c%'")
+            if engine.dialect.name == "postgresql"
+            else text(
+                f"SELECT count(*) FROM {SEARCH_TERMS} t WHERE NOT EXISTS "
+                "(SELECT 1 FROM messages m WHERE m.rowid = t.rowid)"
+            )
+        ).scalar_one()
     assert set(remaining.values()) == {0}
     assert json.loads(archive.get("other").model_dump_json())["user_id"] == "stays"
 

@@ -5,28 +5,34 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from chatarchive import (
     ChatDocument,
 )
-from chatarchive._schema import metadata
+from chatarchive._schema import SEARCH_TERMS, metadata
 
 
 def counts(session: Session) -> dict[str, int]:
+    """The rows of each table that holds chats."""
     return {
         name: session.execute(select(func.count()).select_from(table)).scalar_one()
         for name, table in metadata.tables.items()
+        if name != "archive_settings"
     }
 
 
 def snapshot(session: Session) -> dict[str, list[Any]]:
-    """Every row of every table, for "nothing changed" checks."""
-    return {
+    """Every row of every table, and the search terms, for "nothing changed" checks."""
+    tables = {
         name: sorted(repr(tuple(row)) for row in session.execute(select(table)))
         for name, table in metadata.tables.items()
     }
+    postgres = session.get_bind().dialect.name == "postgresql"
+    columns = "chat_id, message_position, terms" if postgres else "rowid, terms"
+    terms = session.execute(text(f"SELECT {columns} FROM {SEARCH_TERMS}"))
+    return tables | {SEARCH_TERMS: sorted(repr(tuple(row)) for row in terms)}
 
 
 def tool_chat(chat_id: str = "c1", **fields: Any) -> ChatDocument:

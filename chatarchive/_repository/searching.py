@@ -1,0 +1,333 @@
+"""The search index: each message's terms, written with it or after it, and searched.
+
+Every write that adds or changes message text tells this module which
+messages it wrote (``written``) or from which position a chat's text changed
+(``changed``). With ``sync`` indexing their terms are written in the same
+transaction; with ``deferred`` indexing (and while search is ``off``) the
+chat is only marked (``chats.search_from``), and ``index_pending`` indexes the
+marked chats later, a batch per transaction. Deleting a message deletes its
+terms (a foreign key on PostgreSQL, a trigger on SQLite).
+
+Search matches terms in the database; ranking and snippets are computed here,
+from the same terms, so both databases give the same hits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import case, func, select
+from sqlalchemy import delete as delete_rows
+from sqlalchemy import update as update_rows
+
+from chatarchive._schema import metadata
+from chatarchive._search import (
+    HIGHLIGHT,
+    SearchFilters,
+    SearchHit,
+    SearchResults,
+    compile_query,
+    parse_query,
+    search_index_off,
+)
+from chatarchive._terms import SearchSettings, Tokenizer, rank, snippet
+
+from .unit import Unit
+
+__all__ = [
+    "RANKED_CANDIDATES",
+    "changed",
+    "configure",
+    "index_all_pending",
+    "index_pending",
+    "is_empty",
+    "pending",
+    "pending_mark",
+    "search",
+    "settings",
+    "written",
+]
+
+chats = metadata.tables["chats"]
+messages = metadata.tables["messages"]
+content_parts = metadata.tables["content_parts"]
+archive_settings = metadata.tables["archive_settings"]
+
+#: At most this many matching messages (or ``limit``, if larger) are ranked:
+#: all of them, for all but the most common words.
+RANKED_CANDIDATES = 100
+
+#: ``SearchSettings`` field -> its row in ``archive_settings``.
+_SETTING_NAMES = {"language": "search_language", "cjk": "search_cjk", "indexing": "search_indexing"}
+
+
+def settings(unit: Unit, /) -> SearchSettings:
+    """The archive's search settings (read once per unit of work)."""
+    if unit.search_settings is None:
+        stored = dict(unit.execute(select(archive_settings.c.name, archive_settings.c.value)).all())
+        unit.search_settings = SearchSettings(
+            **{field: stored[name] for field, name in _SETTING_NAMES.items() if name in stored}
+        )
+    return unit.search_settings
+
+
+def pending_mark(unit: Unit, /) -> int | None:
+    """What a new chat row's ``search_from`` is: ``0`` (marked) unless its
+    messages are indexed as they are written."""
+    return None if settings(unit).indexing == "sync" else 0
+
+
+# -- writing terms -------------------------------------------------------------------------
+
+
+def written(
+    unit: Unit,
+    /,
+    message_rows: Sequence[Mapping[str, Any]],
+    part_rows: Sequence[Mapping[str, Any]],
+    *,
+    marked: bool = False,
+) -> None:
+    """The rows of new messages are written: index them, or mark their chats
+    (unless ``marked``: their chat rows were written with ``pending_mark``)."""
+    if not message_rows:
+        return
+    current = settings(unit)
+    if current.indexing == "sync":
+        unit.backend.write_terms(unit.executor, _entries(current.tokenizer, message_rows, part_rows))
+        return
+    if marked:
+        return
+    first: dict[str, int] = {}
+    for row in message_rows:
+        first[row["chat_id"]] = min(first.get(row["chat_id"], row["position"]), row["position"])
+    for chat_id, position in first.items():
+        _mark(unit, chat_id, position)
+
+
+def changed(unit: Unit, /, chat_id: str, from_position: int) -> None:
+    """The chat's messages from ``from_position`` on changed (their text, or
+    their positions): index them again, or mark the chat."""
+    current = settings(unit)
+    if current.indexing != "sync":
+        _mark(unit, chat_id, from_position)
+        return
+    unit.backend.delete_terms(unit.executor, chat_id, from_position)
+    message_rows, part_rows = _stored_texts(unit, [chat_id], from_position=from_position)
+    unit.backend.write_terms(unit.executor, _entries(current.tokenizer, message_rows, part_rows))
+
+
+def _mark(unit: Unit, /, chat_id: str, position: int) -> None:
+    """Mark the chat's messages from ``position`` on (and any marked before) as to be indexed."""
+    unit.execute(
+        update_rows(chats)
+        .where(chats.c.chat_id == chat_id)
+        .values(search_from=case((chats.c.search_from < position, chats.c.search_from), else_=position))
+    )
+
+
+def _entries(
+    tokenizer: Tokenizer, message_rows: Iterable[Mapping[str, Any]], part_rows: Iterable[Mapping[str, Any]]
+) -> list[tuple[str, int, list[str]]]:
+    """Each message's (chat id, position, terms), for those with any."""
+    entries = []
+    for (chat_id, position), text in _texts(message_rows, part_rows).items():
+        terms = tokenizer.terms(text)
+        if terms:
+            entries.append((chat_id, position, terms))
+    return entries
+
+
+def _texts(
+    message_rows: Iterable[Mapping[str, Any]], part_rows: Iterable[Mapping[str, Any]]
+) -> dict[tuple[str, int], str]:
+    """The text of each message: its string content, or its text parts in order, one per line."""
+    parts: dict[tuple[str, int], list[str]] = {}
+    for part in part_rows:
+        if part["type"] == "text" and part["text"] is not None:
+            parts.setdefault((part["chat_id"], part["message_position"]), []).append(part["text"])
+    texts = {}
+    for row in message_rows:
+        key = (row["chat_id"], row["position"])
+        text = row["text"] if row["text"] is not None else "\n".join(parts.get(key, ()))
+        if text:
+            texts[key] = text
+    return texts
+
+
+def _stored_texts(
+    unit: Unit, /, chat_ids: Sequence[str], *, from_position: int | None = None
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """The message and text part rows of ``chat_ids`` (from ``from_position``
+    on; without it, from each chat's ``search_from``) that search reads."""
+    if from_position is None:
+        start: Any = (
+            select(chats.c.search_from).where(chats.c.chat_id == messages.c.chat_id).scalar_subquery()
+        )
+        part_start: Any = (
+            select(chats.c.search_from).where(chats.c.chat_id == content_parts.c.chat_id).scalar_subquery()
+        )
+    else:
+        start = part_start = from_position
+    message_rows = (
+        unit.execute(
+            select(messages.c.chat_id, messages.c.position, messages.c.text).where(
+                messages.c.chat_id.in_(chat_ids), messages.c.position >= start
+            )
+        )
+        .mappings()
+        .all()
+    )
+    part_rows = (
+        unit.execute(
+            select(
+                content_parts.c.chat_id,
+                content_parts.c.message_position,
+                content_parts.c.type,
+                content_parts.c.text,
+            )
+            .where(
+                content_parts.c.chat_id.in_(chat_ids),
+                content_parts.c.message_position >= part_start,
+                content_parts.c.type == "text",
+            )
+            .order_by(content_parts.c.chat_id, content_parts.c.message_position, content_parts.c.position)
+        )
+        .mappings()
+        .all()
+    )
+    return [dict(row) for row in message_rows], [dict(row) for row in part_rows]
+
+
+# -- indexing marked chats -----------------------------------------------------------------
+
+
+def index_pending(unit: Unit, /, *, chats_per_batch: int) -> int:
+    """Index the messages of up to ``chats_per_batch`` marked chats, the
+    least recently written first, and clear their marks; returns how many
+    chats. Chats that a writer holds are left for the next batch."""
+    current = settings(unit)
+    if current.indexing == "off":
+        return 0
+    marked = (
+        select(chats.c.chat_id, chats.c.search_from)
+        .where(chats.c.search_from.is_not(None))
+        .order_by(chats.c.updated_at, chats.c.chat_id)
+        .limit(chats_per_batch)
+        .with_for_update(skip_locked=True)
+    )
+    with unit.writing():
+        batch = dict(unit.execute(marked).all())
+        if not batch:
+            return 0
+        chat_ids = list(batch)
+        for chat_id, position in batch.items():
+            unit.backend.delete_terms(unit.executor, chat_id, position)
+        message_rows, part_rows = _stored_texts(unit, chat_ids)
+        unit.backend.write_terms(unit.executor, _entries(current.tokenizer, message_rows, part_rows))
+        unit.execute(update_rows(chats).where(chats.c.chat_id.in_(chat_ids)).values(search_from=None))
+    return len(batch)
+
+
+def index_all_pending(unit: Unit, /) -> int:
+    """Index every marked chat, in the unit's transaction; returns how many."""
+    done = 0
+    while indexed := index_pending(unit, chats_per_batch=500):
+        done += indexed
+    return done
+
+
+def is_empty(unit: Unit, /) -> bool:
+    """Whether the archive holds no chat."""
+    return unit.execute(select(chats.c.chat_id).limit(1)).first() is None
+
+
+def pending(unit: Unit, /, user_id: str | None = None) -> tuple[int, datetime | None]:
+    """How many chats (of ``user_id``'s) are marked, and when the oldest was written."""
+    query = unit.only_chats_of(
+        select(func.count(), func.min(chats.c.updated_at)).where(chats.c.search_from.is_not(None)), user_id
+    )
+    count, oldest = unit.execute(query).one()
+    return int(count), oldest
+
+
+def configure(unit: Unit, /, *, rebuild: bool = False, **changes: Any) -> SearchSettings:
+    """Change the archive's search settings. A change of language or CJK
+    splitting, turning search on, or ``rebuild`` indexes every chat again: at
+    once with ``sync`` indexing, by ``index_pending`` with ``deferred``."""
+    before = settings(unit)
+    after = replace(before, **{name: value for name, value in changes.items() if value is not None})
+    with unit.writing():
+        for field, name in _SETTING_NAMES.items():
+            unit.execute(delete_rows(archive_settings).where(archive_settings.c.name == name))
+            value = getattr(after, field)
+            if value != getattr(SearchSettings(), field):
+                unit.insert(archive_settings, [{"name": name, "value": value}])
+        unit.search_settings = after
+        reindex = after.indexing != "off" and (
+            rebuild
+            or before.indexing == "off"
+            or (before.language, before.cjk) != (after.language, after.cjk)
+        )
+        if after.indexing == "off" or reindex:
+            unit.backend.clear_terms(unit.connection)
+        if reindex:
+            unit.execute(update_rows(chats).where(chats.c.message_count > 0).values(search_from=0))
+        if after.indexing == "sync":
+            index_all_pending(unit)
+    return after
+
+
+# -- searching -------------------------------------------------------------------------------
+
+
+def search(unit: Unit, /, query: str, filters: SearchFilters, *, limit: int) -> SearchResults:
+    """The messages matching ``query`` (see ``reads.search``), best first."""
+    current = settings(unit)
+    if current.indexing == "off":
+        raise search_index_off()
+    count, oldest = pending(unit, filters.user_id)
+    parsed = parse_query(query)
+    compiled = None if parsed is None else compile_query(parsed, current.tokenizer)
+    if compiled is None:
+        return SearchResults(pending_chats=count, pending_since=oldest)
+    rows = unit.backend.match(unit.executor, compiled, filters, candidates=max(RANKED_CANDIDATES, limit))
+    missing = [row for row in rows if row.text is None]
+    texts = {(row.chat_id, row.position): row.text for row in rows}
+    if missing:
+        chat_ids = sorted({row.chat_id for row in missing})
+        parts = unit.execute(
+            select(content_parts.c.chat_id, content_parts.c.message_position, content_parts.c.text)
+            .where(
+                content_parts.c.chat_id.in_(chat_ids),
+                content_parts.c.message_position.in_(sorted({row.position for row in missing})),
+                content_parts.c.type == "text",
+            )
+            .order_by(content_parts.c.chat_id, content_parts.c.message_position, content_parts.c.position)
+        ).all()
+        joined: dict[tuple[str, int], list[str]] = {}
+        for chat_id, position, text in parts:
+            if text is not None:
+                joined.setdefault((chat_id, position), []).append(text)
+        for row in missing:
+            texts[(row.chat_id, row.position)] = "\n".join(joined.get((row.chat_id, row.position), ()))
+    tokenizer = current.tokenizer
+    ranked = [(rank(compiled.groups, tokenizer.terms(texts[row.chat_id, row.position])), row) for row in rows]
+    ranked.sort(key=lambda item: (-item[0], item[1].chat_id, item[1].position))
+    phrases = [phrase for group in compiled.groups for phrase in group]
+    hits = [
+        SearchHit(
+            chat_id=row.chat_id,
+            message_uid=row.uid,
+            position=row.position,
+            role=row.role,
+            created_at=row.created_at,
+            snippet=snippet(tokenizer, texts[(row.chat_id, row.position)], phrases, HIGHLIGHT),
+            rank=score,
+        )
+        for score, row in ranked[:limit]
+    ]
+    return SearchResults(hits, pending_chats=count, pending_since=oldest)

@@ -1,0 +1,325 @@
+"""The words of a text, as search indexes and finds them, in every script.
+
+Databases split text into words at spaces, and Chinese and Japanese have none
+(Korean puts them between phrases, not words): a full-text index of
+"为什么PCR会出现非特异性条带" holds one long word, and no query finds it. So
+chatarchive splits text itself, the same way on every database and for the
+index and the query alike, and the database only stores and matches the terms:
+
+- Runs of letters and digits of space-separated scripts are words, folded to
+  lower case (``casefold``, after NFKC normalization, so that fullwidth "PCR" is "pcr"
+  and "Straße" is "strasse") and stemmed in the archive's language
+  ("running" is "run" in English; ``simple``: not stemmed).
+- Runs of Han, kana and Hangul characters become their overlapping pairs of
+  characters, as Lucene's CJK analyzer indexes them: "条带" is one term,
+  "特异性" is "特异" next to "异性". Most Chinese words, and many Japanese and
+  Korean ones, are two characters long; a longer one is found as its pairs in
+  a row, a single character as the start of a pair or a run of its own. The
+  ``unigram`` setting indexes each character instead.
+- Each emoji and pictograph is a term of its own.
+
+A term's place in the text (its position) is kept, so that a phrase matches
+its terms in a row. Ranking and snippets come from the same terms, so they
+agree between the databases.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from typing import Literal
+
+import snowballstemmer  # type: ignore[import-untyped]
+
+from ._exceptions import InvalidArgument
+
+__all__ = [
+    "CJK_MODES",
+    "INDEXING_MODES",
+    "LANGUAGES",
+    "MAX_TERMS",
+    "Indexing",
+    "Phrase",
+    "SearchSettings",
+    "Tokenizer",
+    "has_terms",
+]
+
+Indexing = Literal["sync", "deferred", "off"]
+CjkMode = Literal["bigram", "unigram"]
+
+#: How messages become searchable: ``sync`` in the transaction that writes
+#: them, ``deferred`` by ``index_pending`` (``chatarchive db index``) after it,
+#: ``off`` not at all (search refuses).
+INDEXING_MODES: tuple[Indexing, ...] = ("sync", "deferred", "off")
+#: How runs of Chinese, Japanese and Korean characters are split.
+CJK_MODES: tuple[CjkMode, ...] = ("bigram", "unigram")
+#: The languages whose words can be stemmed (Snowball's), and ``simple``: none.
+LANGUAGES: tuple[str, ...] = ("simple", *sorted(set(snowballstemmer.algorithms()) - {"porter"}))
+
+#: At most this many terms of a text are indexed (and searched): PostgreSQL
+#: keeps word positions up to 16,383. That is some 80,000 characters of
+#: English, or 16,000 of Chinese.
+MAX_TERMS = 16_383
+#: A word longer than this many characters (a hash, a base64 blob) is not a
+#: term: PostgreSQL refuses terms of more than 2 kB.
+MAX_TERM_CHARACTERS = 128
+#: A term's positions counted for ranking (PostgreSQL keeps 256 per term).
+_MAX_POSITIONS = 256
+
+# Letters and digits (``\w`` without the underscore), and pictographs.
+_PIECE = re.compile(r"[^\W_]+|[\u2600-\u27bf\U0001f000-\U0001faff]")
+# Han (with its extensions and compatibility forms), kana, Hangul.
+_CJK_CLASS = (
+    "\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    "\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f"
+)
+_CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
+_HAS_CJK = re.compile(f"[{_CJK_CLASS}]")
+_NOT_WORD = re.compile(r"[\W_]+")
+_ASCII_WORD = re.compile(r"[a-z0-9]+")
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """An archive's search configuration.
+
+    Attributes:
+        language: the language whose word endings are stemmed away in
+            space-separated text (``simple``: none); a word always finds
+            itself, whatever the language.
+        cjk: how runs of Chinese, Japanese and Korean characters are indexed:
+            ``bigram`` (each pair of characters in a row: a two-character word is
+            one term; compact and fast) or ``unigram`` (each character: any
+            sequence is found exactly, with a larger index).
+        indexing: ``sync`` (a write makes its messages searchable before it
+            commits), ``deferred`` (writes mark their chats, and
+            ``index_pending`` indexes them after), or ``off``.
+    """
+
+    language: str = "english"
+    cjk: CjkMode = "bigram"
+    indexing: Indexing = "sync"
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (
+            ("language", self.language, LANGUAGES),
+            ("cjk", self.cjk, CJK_MODES),
+            ("indexing", self.indexing, INDEXING_MODES),
+        ):
+            if value not in allowed:
+                raise InvalidArgument(
+                    f"{name} must be one of {', '.join(allowed)}, not {value!r}", argument=name
+                )
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return Tokenizer.of(self.language, self.cjk)
+
+
+@dataclass(frozen=True)
+class Phrase:
+    """A query term: terms that must follow one another; ``prefix``: the last
+    matches any term it begins (a single CJK character, in ``bigram`` mode)."""
+
+    terms: tuple[str, ...]
+    prefix: bool = False
+
+
+def has_terms(text: str) -> bool:
+    """Whether ``text`` holds anything search indexes (a letter, a digit, a pictograph)."""
+    return _PIECE.search(text) is not None
+
+
+class Tokenizer:
+    """Splits text into terms for one language and CJK mode."""
+
+    def __init__(self, language: str, cjk: CjkMode) -> None:
+        self.language = language
+        self.cjk = cjk
+        stemmer = None if language == "simple" else snowballstemmer.stemmer(language)
+        self._stem = lru_cache(maxsize=1 << 16)(stemmer.stemWord if stemmer else _same)
+
+    @staticmethod
+    @cache
+    def of(language: str, cjk: CjkMode) -> Tokenizer:
+        return Tokenizer(language, cjk)
+
+    def spans(self, text: str) -> Iterator[tuple[str, int, int]]:
+        """Each term of ``text`` with where it is in it (start and end offsets), in order."""
+        count = 0
+        for match in _PIECE.finditer(text):
+            piece, start = match.group(), match.start()
+            if not piece[0].isalnum():  # a pictograph
+                yield piece, start, start + 1
+                count += 1
+                if count == MAX_TERMS:
+                    return
+                continue
+            if not _HAS_CJK.search(piece):
+                pieces: Iterator[tuple[str, int, bool]] = iter(((piece, start, False),))
+            else:
+                pieces = _by_script(piece, start)
+            for part, offset, cjk in pieces:
+                for term, begin, end in self._terms_of(part, offset, cjk):
+                    yield term, begin, end
+                    count += 1
+                    if count == MAX_TERMS:
+                        return
+
+    def terms(self, text: str) -> list[str]:
+        """The terms of ``text``, in order (the terms of ``spans``)."""
+        if text.isascii():  # most text: words alone, found by one regular expression
+            stem = self._stem
+            words = [
+                stem(word) for word in _ASCII_WORD.findall(text.lower()) if len(word) <= MAX_TERM_CHARACTERS
+            ]
+            return words[:MAX_TERMS]
+        return [term for term, _, _ in self.spans(text)]
+
+    def phrase(self, words: str) -> Phrase | None:
+        """A query's word or quoted phrase as terms in a row (``None``: no term in it)."""
+        terms = tuple(self.terms(words))
+        if not terms:
+            return None
+        last = list(_PIECE.finditer(words))[-1].group()
+        single = self.cjk == "bigram" and len(last) >= 1 and _CJK_RUN.fullmatch(last[-1]) is not None
+        # A lone CJK character at the end of the query: also the first of a pair.
+        alone = single and (len(last) == 1 or not _CJK_RUN.fullmatch(last[-2]))
+        return Phrase(terms, prefix=alone)
+
+    def _terms_of(self, part: str, offset: int, cjk: bool) -> Iterator[tuple[str, int, int]]:
+        if not cjk:
+            # NFKC may bring in other characters ("⑴" is "(1)"): only letters and digits stay.
+            term = _NOT_WORD.sub("", unicodedata.normalize("NFKC", part).casefold())
+            if term and len(term) <= MAX_TERM_CHARACTERS:
+                yield self._stem(term), offset, offset + len(part)
+            return
+        characters = unicodedata.normalize("NFKC", part).casefold()
+        if len(characters) != len(part):  # normalization joined or split characters: index them as given
+            characters = part.casefold()
+        if self.cjk == "unigram" or len(characters) == 1:
+            for index, character in enumerate(characters):
+                yield character, offset + index, offset + index + 1
+            return
+        for index in range(len(characters) - 1):
+            yield characters[index : index + 2], offset + index, offset + index + 2
+
+
+def _same(word: str) -> str:
+    return word
+
+
+def _by_script(piece: str, start: int) -> Iterator[tuple[str, int, bool]]:
+    """The runs of CJK and of other characters of ``piece``, in order."""
+    at = 0
+    for run in _CJK_RUN.finditer(piece):
+        if run.start() > at:
+            yield piece[at : run.start()], start + at, False
+        yield run.group(), start + run.start(), True
+        at = run.end()
+    if at < len(piece):
+        yield piece[at:], start + at, False
+
+
+# -- ranking and snippets --------------------------------------------------------------------
+
+#: BM25's constants: how fast repeated terms stop counting, how much a long
+#: text is penalized, and the length (in terms) of a typical message.
+_K1, _B, _TYPICAL_LENGTH = 1.2, 0.75, 64.0
+
+
+def occurrences(phrase: Phrase, positions: dict[str, list[int]]) -> list[int]:
+    """Where ``phrase`` starts among a text's terms (``positions``: each term's, ascending)."""
+    *head, last = phrase.terms
+    if phrase.prefix:
+        lasts = sorted(p for term, found in positions.items() if term.startswith(last) for p in found)
+    else:
+        lasts = positions.get(last, [])
+    if not head:
+        return lasts[:_MAX_POSITIONS]
+    starts = set(positions.get(head[0], []))
+    for offset, term in enumerate(head[1:], 1):
+        starts &= {p - offset for p in positions.get(term, [])}
+    ends = {p - len(head) for p in lasts}
+    return sorted(starts & ends)[:_MAX_POSITIONS]
+
+
+def positions_of(terms: Sequence[str]) -> dict[str, list[int]]:
+    """Each term's positions among ``terms``."""
+    found: dict[str, list[int]] = {}
+    for position, term in enumerate(terms):
+        found.setdefault(term, []).append(position)
+    return found
+
+
+def rank(groups: Sequence[Sequence[Phrase]], terms: Sequence[str]) -> float:
+    """How well a text (its ``terms``) matches a query: BM25's saturation and
+    length norm of each group's best phrase, summed (without BM25's rarity
+    weights, which need counts over the whole archive). Rounded, so that both
+    databases order equal texts alike."""
+    positions = positions_of(terms)
+    norm = _K1 * (1 - _B + _B * len(terms) / _TYPICAL_LENGTH)
+    score = 0.0
+    for group in groups:
+        frequency = max(len(occurrences(phrase, positions)) for phrase in group)
+        score += frequency * (_K1 + 1) / (frequency + norm)
+    return round(score, 9)
+
+
+#: A snippet shows this many terms around the first match.
+SNIPPET_TERMS = 24
+
+
+def snippet(
+    tokenizer: Tokenizer, text: str, phrases: Sequence[Phrase], marks: tuple[str, str], *, before: int = 6
+) -> str:
+    """The part of ``text`` around its first match, with every matched term
+    marked, and ``…`` where text is left out."""
+    spans = list(tokenizer.spans(text))
+    positions = positions_of([term for term, _, _ in spans])
+    matched: set[int] = set()
+    for phrase in phrases:
+        for start in occurrences(phrase, positions):
+            matched.update(range(start, start + len(phrase.terms)))
+    if not spans:
+        return text[:200]
+    first = min(matched) if matched else 0
+    low = max(0, first - before)
+    high = min(len(spans), low + SNIPPET_TERMS)
+    low = max(0, min(low, high - SNIPPET_TERMS))
+    start, end = spans[low][1], spans[high - 1][2]
+    if low == 0:
+        start = 0
+    if high == len(spans):
+        end = len(text)
+    # The marked character ranges, overlapping pairs joined.
+    ranges: list[list[int]] = []
+    for index in sorted(matched):
+        if not low <= index < high:
+            continue
+        begin, finish = spans[index][1], spans[index][2]
+        if ranges and begin <= ranges[-1][1]:
+            ranges[-1][1] = max(ranges[-1][1], finish)
+        else:
+            ranges.append([begin, finish])
+    out = ["…" if start > 0 else ""]
+    at = start
+    for begin, finish in ranges:
+        out += [text[at:begin], marks[0], text[begin:finish], marks[1]]
+        at = finish
+    out += [text[at:end], "…" if end < len(text) else ""]
+    return "".join(out).strip()
+
+
+def tsvector_literal(terms: Sequence[str]) -> str:
+    """``terms`` (with their positions) as PostgreSQL's ``tsvector`` input."""
+    positions = positions_of(terms)
+    # Terms hold letters and digits only: nothing to escape.
+    return " ".join(
+        f"'{term}':{','.join(str(p + 1) for p in found[:_MAX_POSITIONS])}"
+        for term, found in positions.items()
+    )

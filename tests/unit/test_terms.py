@@ -1,0 +1,133 @@
+"""How text becomes search terms, and how the terms rank and snippet."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chatarchive import SEARCH_LANGUAGES, SearchSettings
+from chatarchive._backends.postgresql import tsquery
+from chatarchive._backends.sqlite import fts5_query
+from chatarchive._search import compile_query, parse_query
+from chatarchive._terms import MAX_TERMS, Phrase, Tokenizer, rank, snippet, tsvector_literal
+
+ENGLISH = Tokenizer.of("english", "bigram")
+
+
+def phrase(words: str) -> Phrase:
+    found = ENGLISH.phrase(words)
+    assert found is not None
+    return found
+
+
+@pytest.mark.parametrize(
+    ("text", "terms"),
+    [
+        (
+            "为什么PCR会出现非特异性条带？",
+            ["为什", "什么", "pcr", "会出", "出现", "现非", "非特", "特异", "异性", "性条", "条带"],
+        ),
+        ("東京タワー", ["東京", "京タ", "タワ", "ワー"]),
+        ("서울에서 만나요", ["서울", "울에", "에서", "만나", "나요"]),
+        ("3个", ["3", "个"]),  # a run of one character is its own term
+        ("Die Häuser, STRASSE und Straße", ["die", "häuser", "strass", "und", "strass"]),
+        ("ＰＣＲ ①", ["pcr", "1"]),  # NFKC: fullwidth letters, circled digits
+        ("gel 🧪🧬 ok", ["gel", "🧪", "🧬", "ok"]),
+        ("running runs ran", ["run", "run", "ran"]),
+        ("snake_case e-mail", ["snake", "case", "e", "mail"]),
+        ("", []),
+        ("¿?!", []),
+    ],
+)
+def test_text_becomes_terms(text: str, terms: list[str]) -> None:
+    assert ENGLISH.terms(text) == terms
+
+
+def test_a_term_knows_where_it_is_in_the_text() -> None:
+    text = "Die Straße 条带"
+    assert [(term, text[start:end]) for term, start, end in ENGLISH.spans(text)] == [
+        ("die", "Die"),
+        ("strass", "Straße"),
+        ("条带", "条带"),
+    ]
+
+
+@given(st.text(max_size=200))
+@settings(max_examples=300)
+def test_the_quick_path_for_plain_text_gives_the_same_terms(text: str) -> None:
+    for candidate in (text, text.encode("ascii", "ignore").decode()):
+        assert ENGLISH.terms(candidate) == [term for term, _, _ in ENGLISH.spans(candidate)]
+
+
+def test_terms_hold_only_letters_digits_and_pictographs() -> None:
+    # So that neither database's query syntax nor tsvector input ever needs escaping.
+    text = "it's a \\back'slash\\ ⑴ ⒜ ﬁ ℌ"
+    for term in ENGLISH.terms(text):
+        assert all(character.isalnum() for character in term), term
+
+
+def test_a_text_gives_at_most_max_terms_terms() -> None:
+    assert len(ENGLISH.terms("word " * (MAX_TERMS + 5))) == MAX_TERMS
+    assert len(ENGLISH.terms("字" * (MAX_TERMS + 5))) == MAX_TERMS
+    assert ENGLISH.terms("x" * 200) == []  # longer than any word: a blob, not a term
+
+
+def test_unigrams_split_every_character() -> None:
+    assert Tokenizer.of("simple", "unigram").terms("条带 Running") == ["条", "带", "running"]
+
+
+@pytest.mark.parametrize(
+    ("query", "terms"),
+    [
+        ("条带", Phrase(("条带",))),
+        ("特异性", Phrase(("特异", "异性"))),
+        ("带", Phrase(("带",), prefix=True)),
+        ("PCR带", Phrase(("pcr", "带"), prefix=True)),
+        ("primer dimers", Phrase(("primer", "dimer"))),
+    ],
+)
+def test_a_query_word_is_a_phrase_of_terms(query: str, terms: Phrase) -> None:
+    assert ENGLISH.phrase(query) == terms
+
+
+def test_queries_become_each_databases_syntax() -> None:
+    parsed = parse_query('条带 or "primer dimers" 带 -gel')
+    assert parsed is not None
+    query = compile_query(parsed, ENGLISH)
+    assert query is not None
+    assert tsquery(query) == "(('条带') | ('primer' <-> 'dimer')) & (('带':*)) & !(('gel'))"
+    assert fts5_query(query) == '(("条带" OR "primer dimer") AND ("带" *)) NOT ("gel")'
+
+
+def test_tsvector_input_lists_each_terms_positions() -> None:
+    assert tsvector_literal(["a", "条带", "a"]) == "'a':1,3 '条带':2"
+
+
+def test_rank_grows_with_matches_and_shrinks_with_length() -> None:
+    group = [[phrase("gel")]]
+    once, twice = rank(group, ENGLISH.terms("gel ran")), rank(group, ENGLISH.terms("gel ran gel"))
+    longer = rank(group, ENGLISH.terms("gel " + "word " * 200))
+    assert twice > once > longer > 0
+    assert rank(group, ENGLISH.terms("nothing here")) == 0
+
+
+def test_a_snippet_marks_matches_in_the_text_as_written() -> None:
+    phrases = [phrase("特异性"), phrase("strasse")]
+    assert snippet(ENGLISH, "为什么非特异性条带 an der Straße", phrases, ("«", "»")) == (
+        "为什么非«特异性»条带 an der «Straße»"
+    )
+    long = " ".join(f"w{n}" for n in range(100)) + " target " + " ".join(f"v{n}" for n in range(100))
+    cut = snippet(ENGLISH, long, [phrase("target")], ("«", "»"))
+    assert cut.startswith("…w94 ")
+    assert "«target»" in cut
+    assert cut.endswith("…")
+
+
+def test_every_language_stems() -> None:
+    assert {"english", "german", "simple"} <= set(SEARCH_LANGUAGES)
+    for language in SEARCH_LANGUAGES:
+        assert SearchSettings(language=language).tokenizer.terms("Running 条带") == [
+            *Tokenizer.of(language, "bigram").terms("Running"),
+            "条带",
+        ]
