@@ -202,6 +202,8 @@ def typed_candidates(statement: TextClause, params: dict[str, Any]) -> TextualSe
         role=ArchiveText(),
         created_at=UTCDateTime(),
         text=ArchiveText(),
+        terms=ArchiveText(),
+        length=Integer(),
     )
 
 

@@ -30,6 +30,7 @@ import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
+from itertools import islice
 from typing import Literal
 
 import snowballstemmer  # type: ignore[import-untyped]
@@ -44,7 +45,9 @@ __all__ = [
     "Indexing",
     "Phrase",
     "SearchSettings",
+    "StoredTerms",
     "Tokenizer",
+    "TsvectorText",
     "has_terms",
 ]
 
@@ -232,40 +235,102 @@ def _by_script(piece: str, start: int) -> Iterator[tuple[str, int, bool]]:
 _K1, _B, _TYPICAL_LENGTH = 1.2, 0.75, 64.0
 
 
-def occurrences(phrase: Phrase, positions: dict[str, list[int]]) -> list[int]:
-    """Where ``phrase`` starts among a text's terms (``positions``: each term's, ascending)."""
+def occurrences(phrase: Phrase, terms: StoredTerms) -> list[int]:
+    """Where ``phrase`` starts among a text's terms."""
     *head, last = phrase.terms
-    if phrase.prefix:
-        lasts = sorted(p for term, found in positions.items() if term.startswith(last) for p in found)
-    else:
-        lasts = positions.get(last, [])
+    lasts = terms.starting_with(last) if phrase.prefix else terms.at(last)
     if not head:
         return lasts[:_MAX_POSITIONS]
-    starts = set(positions.get(head[0], []))
+    starts = set(terms.at(head[0]))
     for offset, term in enumerate(head[1:], 1):
-        starts &= {p - offset for p in positions.get(term, [])}
+        starts &= {p - offset for p in terms.at(term)}
     ends = {p - len(head) for p in lasts}
     return sorted(starts & ends)[:_MAX_POSITIONS]
 
 
 def positions_of(terms: Sequence[str]) -> dict[str, list[int]]:
-    """Each term's positions among ``terms``."""
+    """Each term's positions among ``terms`` (at most the first 256 of each,
+    as PostgreSQL keeps them)."""
     found: dict[str, list[int]] = {}
     for position, term in enumerate(terms):
-        found.setdefault(term, []).append(position)
+        places = found.setdefault(term, [])
+        if len(places) < _MAX_POSITIONS:
+            places.append(position)
     return found
 
 
-def rank(groups: Sequence[Sequence[Phrase]], terms: Sequence[str]) -> float:
+class StoredTerms:
+    """A message's terms as the index holds them: where each one is, and how
+    many different terms the text has (its length, for ranking)."""
+
+    length: int
+
+    def at(self, term: str) -> list[int]:
+        """The positions of ``term``, ascending."""
+        raise NotImplementedError
+
+    def starting_with(self, prefix: str) -> list[int]:
+        """The positions of the terms that begin with ``prefix``, ascending."""
+        raise NotImplementedError
+
+    @staticmethod
+    def of(terms: Sequence[str]) -> StoredTerms:
+        """The stored terms of a text whose terms are ``terms``, in order."""
+        return _TermList(positions_of(terms))
+
+    def matched(self, phrases: Sequence[Phrase]) -> set[int]:
+        """The positions of the terms that ``phrases`` match."""
+        found: set[int] = set()
+        for phrase in phrases:
+            for start in occurrences(phrase, self):
+                found.update(range(start, start + len(phrase.terms)))
+        return found
+
+
+class _TermList(StoredTerms):
+    def __init__(self, positions: dict[str, list[int]]) -> None:
+        self.positions = positions
+        self.length = len(positions)
+
+    def at(self, term: str) -> list[int]:
+        return self.positions.get(term, [])
+
+    def starting_with(self, prefix: str) -> list[int]:
+        return sorted(p for term, found in self.positions.items() if term.startswith(prefix) for p in found)
+
+
+class TsvectorText(StoredTerms):
+    """A ``tsvector`` as PostgreSQL writes it (``'term':1,3 'other':2``),
+    read only where a query looks (positions from 1 there, from 0 here)."""
+
+    def __init__(self, text: str, length: int) -> None:
+        self.text = text
+        self.length = length
+
+    def at(self, term: str) -> list[int]:
+        key = f"'{term}':"
+        found = self.text.find(key)
+        if found < 0 or (found and self.text[found - 1] != " "):
+            return []
+        start = found + len(key)
+        stop = self.text.find(" ", start)
+        return [int(p) - 1 for p in self.text[start : None if stop < 0 else stop].split(",")]
+
+    def starting_with(self, prefix: str) -> list[int]:
+        pattern = re.compile(f"(?:^| )'{re.escape(prefix)}[^']*':([0-9,]+)")
+        return sorted(int(p) - 1 for places in pattern.findall(self.text) for p in places.split(","))
+
+
+def rank(groups: Sequence[Sequence[Phrase]], terms: StoredTerms) -> float:
     """How well a text (its ``terms``) matches a query: BM25's saturation and
-    length norm of each group's best phrase, summed (without BM25's rarity
-    weights, which need counts over the whole archive). Rounded, so that both
-    databases order equal texts alike."""
-    positions = positions_of(terms)
-    norm = _K1 * (1 - _B + _B * len(terms) / _TYPICAL_LENGTH)
+    length norm (the length: how many different terms the text has) of each
+    group's best phrase, summed (without BM25's rarity weights, which need
+    counts over the whole archive). Rounded, so that both databases order
+    equal texts alike."""
+    norm = _K1 * (1 - _B + _B * terms.length / _TYPICAL_LENGTH)
     score = 0.0
     for group in groups:
-        frequency = max(len(occurrences(phrase, positions)) for phrase in group)
+        frequency = max(len(occurrences(phrase, terms)) for phrase in group)
         score += frequency * (_K1 + 1) / (frequency + norm)
     return round(score, 9)
 
@@ -275,27 +340,26 @@ SNIPPET_TERMS = 24
 
 
 def snippet(
-    tokenizer: Tokenizer, text: str, phrases: Sequence[Phrase], marks: tuple[str, str], *, before: int = 6
+    tokenizer: Tokenizer,
+    text: str,
+    matched: set[int],
+    marks: tuple[str, str],
+    *,
+    before: int = 6,
 ) -> str:
-    """The part of ``text`` around its first match, with every matched term
-    marked, and ``…`` where text is left out."""
-    spans = list(tokenizer.spans(text))
-    positions = positions_of([term for term, _, _ in spans])
-    matched: set[int] = set()
-    for phrase in phrases:
-        for start in occurrences(phrase, positions):
-            matched.update(range(start, start + len(phrase.terms)))
+    """The part of ``text`` around its first matched term (``matched``: their
+    positions), with every matched term in it marked, and ``…`` where text is
+    left out. Only the terms up to the end of the part shown are split."""
+    first = min(matched, default=0)
+    low = max(0, first - before)
+    spans = list(islice(tokenizer.spans(text), low + SNIPPET_TERMS + 1))
     if not spans:
         return text[:200]
-    first = min(matched) if matched else 0
-    low = max(0, first - before)
+    more = len(spans) > low + SNIPPET_TERMS  # terms after the part shown
     high = min(len(spans), low + SNIPPET_TERMS)
     low = max(0, min(low, high - SNIPPET_TERMS))
-    start, end = spans[low][1], spans[high - 1][2]
-    if low == 0:
-        start = 0
-    if high == len(spans):
-        end = len(text)
+    start = 0 if low == 0 else spans[low][1]
+    end = spans[high - 1][2] if more else len(text)
     # The marked character ranges, overlapping pairs joined.
     ranges: list[list[int]] = []
     for index in sorted(matched):

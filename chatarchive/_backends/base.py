@@ -28,6 +28,7 @@ from sqlalchemy.types import TypeEngine
 from chatarchive._document import ChatDocument
 from chatarchive._exceptions import ChatArchiveError, NotSupported
 from chatarchive._search import SearchFilters, SearchQuery
+from chatarchive._terms import StoredTerms
 
 __all__ = [
     "AnyEngine",
@@ -205,10 +206,10 @@ class Backend(ABC):
     @abstractmethod
     def match(
         self, executor: Executor, query: SearchQuery, filters: SearchFilters, *, candidates: int
-    ) -> list[Any]:
+    ) -> list[tuple[Any, StoredTerms]]:
         """Up to ``candidates`` messages whose terms match ``query`` (their
         ``chat_id``, ``position``, ``uid``, ``role``, ``created_at`` and string
-        ``text``), in no particular order."""
+        ``text``), with their stored terms, in no particular order."""
 
     # -- archive-wide switches -------------------------------------------------------------
 

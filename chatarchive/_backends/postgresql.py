@@ -52,7 +52,7 @@ from chatarchive._exceptions import ChatArchiveError, ConflictError, DatabaseErr
 from chatarchive._rows import documents_from_rows
 from chatarchive._schema import DOCUMENT_ORDER, ON_ACTIVE_PATH, SEARCH_TERMS, metadata
 from chatarchive._search import SearchFilters, SearchQuery, typed_candidates
-from chatarchive._terms import Phrase, tsvector_literal
+from chatarchive._terms import Phrase, StoredTerms, TsvectorText, tsvector_literal
 from chatarchive._types import (
     ArchiveText,
     JsonObject,
@@ -281,7 +281,7 @@ class PostgreSQL(Backend):
 
     def match(
         self, executor: Executor, query: SearchQuery, filters: SearchFilters, *, candidates: int
-    ) -> list[Any]:
+    ) -> list[tuple[Any, StoredTerms]]:
         where, params = filters.sql()
         params |= {"query": tsquery(query)}
         statement = typed_candidates(_match_statement(where, candidates=candidates), params)
@@ -289,7 +289,7 @@ class PostgreSQL(Backend):
             rows = executor.execute(statement, params).all()
         if len(rows) < candidates:  # the sample may have missed matches: look at them all
             rows = executor.execute(statement, params).all()
-        return list(rows)
+        return [(row, TsvectorText(row.terms, row.length)) for row in rows]
 
     # -- archive-wide switches -------------------------------------------------------------
 
@@ -764,7 +764,8 @@ def _match_statement(where: str, *, candidates: int) -> TextClause:
     # every match.
     return text(
         f"""
-        SELECT m.chat_id, m.position, m.uid, m.role, m.created_at, m.text
+        SELECT m.chat_id, m.position, m.uid, m.role, m.created_at, m.text,
+               t.terms::text AS terms, length(t.terms) AS length
         FROM {SEARCH_TERMS} t
         JOIN messages m ON m.chat_id = t.chat_id AND m.position = t.message_position
         JOIN chats c ON c.chat_id = t.chat_id

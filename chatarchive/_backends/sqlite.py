@@ -50,7 +50,7 @@ from chatarchive._exceptions import (
 from chatarchive._rows import documents_from_rows
 from chatarchive._schema import DOCUMENT_ORDER, ON_ACTIVE_PATH, SEARCH_TERMS, in_pieces, metadata
 from chatarchive._search import SearchFilters, SearchQuery, typed_candidates
-from chatarchive._terms import Phrase
+from chatarchive._terms import Phrase, StoredTerms
 from chatarchive._types import ArchiveText
 
 from .base import AnyEngine, Backend, ExecuteManyWriter, Executor, RowWriter
@@ -192,10 +192,11 @@ class SQLite(Backend):
 
     def match(
         self, executor: Executor, query: SearchQuery, filters: SearchFilters, *, candidates: int
-    ) -> list[Any]:
+    ) -> list[tuple[Any, StoredTerms]]:
         where, params = filters.sql()
         params |= {"query": fts5_query(query)}
-        return list(executor.execute(typed_candidates(_match_statement(where, candidates), params), params))
+        rows = executor.execute(typed_candidates(_match_statement(where, candidates), params), params)
+        return [(row, StoredTerms.of(row.terms.split(" "))) for row in rows]
 
     # -- SQL expressions of analytics -----------------------------------------------------
 
@@ -383,7 +384,7 @@ _DELETE_TERMS = text(
 def _match_statement(where: str, candidates: int) -> Any:
     return text(
         f"""
-        SELECT m.chat_id, m.position, m.uid, m.role, m.created_at, m.text
+        SELECT m.chat_id, m.position, m.uid, m.role, m.created_at, m.text, t.terms, 0 AS length
         FROM {SEARCH_TERMS} t
         JOIN messages m ON m.rowid = t.rowid
         JOIN chats c ON c.chat_id = m.chat_id

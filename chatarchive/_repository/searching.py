@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from sqlalchemy import case, func, select
@@ -39,15 +40,18 @@ from .unit import Unit
 
 __all__ = [
     "RANKED_CANDIDATES",
+    "SETTING_FIELDS",
     "changed",
     "configure",
     "index_all_pending",
     "index_pending",
     "is_empty",
+    "known_settings",
     "pending",
     "pending_mark",
     "search",
     "settings",
+    "stored_setting",
     "written",
 ]
 
@@ -62,16 +66,36 @@ RANKED_CANDIDATES = 100
 
 #: ``SearchSettings`` field -> its row in ``archive_settings``.
 _SETTING_NAMES = {"language": "search_language", "cjk": "search_cjk", "indexing": "search_indexing"}
+SETTING_FIELDS = tuple(_SETTING_NAMES)
 
 
 def settings(unit: Unit, /) -> SearchSettings:
     """The archive's search settings (read once per unit of work)."""
     if unit.search_settings is None:
         stored = dict(unit.execute(select(archive_settings.c.name, archive_settings.c.value)).all())
-        unit.search_settings = SearchSettings(
-            **{field: stored[name] for field, name in _SETTING_NAMES.items() if name in stored}
-        )
+        known_settings(unit, [stored.get(name) for name in _SETTING_NAMES.values()])
+    assert unit.search_settings is not None
     return unit.search_settings
+
+
+def stored_setting(field: str) -> Any:
+    """The stored value of a ``SearchSettings`` field, as a scalar subquery (NULL: the default)."""
+    name = _SETTING_NAMES[field]
+    return select(archive_settings.c.value).where(archive_settings.c.name == name).scalar_subquery()
+
+
+def known_settings(unit: Unit, /, values: Sequence[str | None]) -> None:
+    """Tell the unit the archive's settings, read by another statement
+    (each field's stored value, in ``SETTING_FIELDS`` order, or None)."""
+    unit.search_settings = _settings_of(tuple(values))
+
+
+@cache
+def _settings_of(values: tuple[str | None, ...]) -> SearchSettings:
+    given: dict[str, Any] = {
+        field: value for field, value in zip(SETTING_FIELDS, values, strict=True) if value is not None
+    }
+    return SearchSettings(**given)
 
 
 def pending_mark(unit: Unit, /) -> int | None:
@@ -284,6 +308,31 @@ def configure(unit: Unit, /, *, rebuild: bool = False, **changes: Any) -> Search
 # -- searching -------------------------------------------------------------------------------
 
 
+def _texts_of(unit: Unit, /, rows: Sequence[Any]) -> dict[tuple[str, int], str]:
+    """The text of the messages of ``rows`` (their string content, which the
+    row holds, or their text parts, read here)."""
+    texts = {(row.chat_id, row.position): row.text for row in rows if row.text is not None}
+    missing = [row for row in rows if row.text is None]
+    if not missing:
+        return texts
+    parts = unit.execute(
+        select(content_parts.c.chat_id, content_parts.c.message_position, content_parts.c.text)
+        .where(
+            content_parts.c.chat_id.in_(sorted({row.chat_id for row in missing})),
+            content_parts.c.message_position.in_(sorted({row.position for row in missing})),
+            content_parts.c.type == "text",
+        )
+        .order_by(content_parts.c.chat_id, content_parts.c.message_position, content_parts.c.position)
+    ).all()
+    joined: dict[tuple[str, int], list[str]] = {}
+    for chat_id, position, text in parts:
+        if text is not None:
+            joined.setdefault((chat_id, position), []).append(text)
+    for row in missing:
+        texts[row.chat_id, row.position] = "\n".join(joined.get((row.chat_id, row.position), ()))
+    return texts
+
+
 def search(unit: Unit, /, query: str, filters: SearchFilters, *, limit: int) -> SearchResults:
     """The messages matching ``query`` (see ``reads.search``), best first."""
     current = settings(unit)
@@ -294,29 +343,12 @@ def search(unit: Unit, /, query: str, filters: SearchFilters, *, limit: int) -> 
     compiled = None if parsed is None else compile_query(parsed, current.tokenizer)
     if compiled is None:
         return SearchResults(pending_chats=count, pending_since=oldest)
-    rows = unit.backend.match(unit.executor, compiled, filters, candidates=max(RANKED_CANDIDATES, limit))
-    missing = [row for row in rows if row.text is None]
-    texts = {(row.chat_id, row.position): row.text for row in rows}
-    if missing:
-        chat_ids = sorted({row.chat_id for row in missing})
-        parts = unit.execute(
-            select(content_parts.c.chat_id, content_parts.c.message_position, content_parts.c.text)
-            .where(
-                content_parts.c.chat_id.in_(chat_ids),
-                content_parts.c.message_position.in_(sorted({row.position for row in missing})),
-                content_parts.c.type == "text",
-            )
-            .order_by(content_parts.c.chat_id, content_parts.c.message_position, content_parts.c.position)
-        ).all()
-        joined: dict[tuple[str, int], list[str]] = {}
-        for chat_id, position, text in parts:
-            if text is not None:
-                joined.setdefault((chat_id, position), []).append(text)
-        for row in missing:
-            texts[(row.chat_id, row.position)] = "\n".join(joined.get((row.chat_id, row.position), ()))
-    tokenizer = current.tokenizer
-    ranked = [(rank(compiled.groups, tokenizer.terms(texts[row.chat_id, row.position])), row) for row in rows]
-    ranked.sort(key=lambda item: (-item[0], item[1].chat_id, item[1].position))
+    matches = unit.backend.match(unit.executor, compiled, filters, candidates=max(RANKED_CANDIDATES, limit))
+    ranked = sorted(
+        ((rank(compiled.groups, terms), row, terms) for row, terms in matches),
+        key=lambda item: (-item[0], item[1].chat_id, item[1].position),
+    )[:limit]
+    texts = _texts_of(unit, [row for _, row, _ in ranked])
     phrases = [phrase for group in compiled.groups for phrase in group]
     hits = [
         SearchHit(
@@ -325,9 +357,11 @@ def search(unit: Unit, /, query: str, filters: SearchFilters, *, limit: int) -> 
             position=row.position,
             role=row.role,
             created_at=row.created_at,
-            snippet=snippet(tokenizer, texts[(row.chat_id, row.position)], phrases, HIGHLIGHT),
+            snippet=snippet(
+                current.tokenizer, texts[row.chat_id, row.position], terms.matched(phrases), HIGHLIGHT
+            ),
             rank=score,
         )
-        for score, row in ranked[:limit]
+        for score, row, terms in ranked
     ]
     return SearchResults(hits, pending_chats=count, pending_since=oldest)

@@ -12,7 +12,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, TypedDict, Unpack
 
-from sqlalchemy import Integer, bindparam, case, func, select, true
+from sqlalchemy import Integer, and_, bindparam, case, func, select, true
 from sqlalchemy import delete as delete_rows
 from sqlalchemy import update as update_rows
 
@@ -341,7 +341,7 @@ def _add(
             chat_id, parsed, first_position=count, now=moment, parent=attach_to, sibling_index=sibling_index
         )
         insert_messages(unit, rows)
-        searching.written(unit, rows.messages, rows.parts)
+        searching.written(unit, rows.messages, rows.parts, marked=before.get("search_marked", False))
     return [m if m.created_at else m.model_copy(update={"created_at": moment}) for m in parsed]
 
 
@@ -774,13 +774,16 @@ def bump(
     bumped = unit.execute(statement, params).first()
     before = None
     if bumped is not None:
-        version, message_count, user_id, active_leaf = bumped
+        version, message_count, user_id, active_leaf, *settings = bumped
         before = {
             "version": version - 1,
             "message_count": message_count - added,
             "user_id": user_id,
             "active_leaf": active_leaf,
         }
+        if added:  # the statement read the search settings, and marked the chat if they defer indexing
+            searching.known_settings(unit, settings)
+            before["search_marked"] = searching.settings(unit).indexing != "sync"
     return _checked(unit, chat_id, before, expected_version)
 
 
@@ -788,7 +791,10 @@ def _bump_statements() -> tuple[Any, Any]:
     """``bump``'s two statements, built once (their SQL is cached with them):
     a new version alone, and a new version with ``added`` messages, whose
     RETURNING gives the active leaf before them, from the row as locked
-    (RETURNING alone gives the row as written)."""
+    (RETURNING alone gives the row as written), and the archive's search
+    settings; where they defer indexing, it marks the new messages for it
+    (``searching``), so that an append is no more statements than with no
+    search index at all."""
     new_version: dict[str, Any] = {"version": chats.c.version + 1, "updated_at": bindparam("moment")}
     returned: list[Any] = [chats.c.version, chats.c.message_count, chats.c.user_id]
     alone = (
@@ -804,6 +810,8 @@ def _bump_statements() -> tuple[Any, Any]:
         .cte("old")
     )
     added = bindparam("added", type_=Integer)
+    deferred = func.coalesce(searching.stored_setting("indexing"), "sync") != "sync"
+    first_new = chats.c.message_count
     adding = (
         update_rows(chats)
         .where(chats.c.chat_id == old.c.chat_id)
@@ -812,8 +820,16 @@ def _bump_statements() -> tuple[Any, Any]:
             message_count=chats.c.message_count + added,
             active_leaf=chats.c.message_count + added - 1,
             path_length=chats.c.path_length + added,
+            search_from=case(
+                (and_(deferred, func.coalesce(chats.c.search_from, first_new + 1) > first_new), first_new),
+                else_=chats.c.search_from,
+            ),
         )
-        .returning(*returned, old.c.previous_leaf)
+        .returning(
+            *returned,
+            old.c.previous_leaf,
+            *(searching.stored_setting(field) for field in searching.SETTING_FIELDS),
+        )
     )
     return alone, adding
 

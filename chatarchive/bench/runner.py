@@ -37,6 +37,7 @@ from chatarchive._rows import ChatRows, document_to_rows
 from chatarchive._schema import SEARCH_TERMS, metadata
 
 from .frameworks import FRAMEWORKS, measure_frameworks
+from .search import measure_search
 from .workload import chatgpt_export, generate_chats, search_terms
 
 __all__ = ["BenchReport", "run_bench"]
@@ -115,6 +116,33 @@ class BenchReport:
             "append_chunk at 10,000 / at 10 chunks": self.ratio(
                 "append_chunk_at_10000_ms", "append_chunk_at_10_ms"
             ),
+            "save_many, deferred indexing / raw COPY (own schema), no search index": self.ratio(
+                "ingest_save_many_deferred", "ingest_raw_copy_own_no_search_index"
+            ),
+            "save_many, deferred indexing / save_many, no search index": self.ratio(
+                "ingest_save_many_deferred", "ingest_save_many_no_search_index"
+            ),
+            "bulk onto a loaded archive / bulk into an empty one": self.ratio(
+                "ingest_bulk_onto_loaded", "ingest_bulk"
+            ),
+            "append at 1,000, deferred indexing / bare insert, median": self.ratio(
+                "append_1000_deferred_median_ms", "bare_insert_median_ms"
+            ),
+            "append at 1,000, deferred indexing / bare insert, p95": self.ratio(
+                "append_1000_deferred_p95_ms", "bare_insert_p95_ms"
+            ),
+            "append at 1,000, sync indexing / bare insert, median": self.ratio(
+                "append_1000_sync_median_ms", "bare_insert_median_ms"
+            ),
+            "append at 1,000, sync indexing / bare insert, p95": self.ratio(
+                "append_1000_sync_p95_ms", "bare_insert_p95_ms"
+            ),
+            "index catch-up / save_many, deferred indexing, 2 writers, at scale": self.ratio(
+                "scale_index_catch_up_messages_per_s", "scale_save_many_deferred_2_writers_messages_per_s"
+            ),
+            "search at scale, common / rare words, p50": self.ratio(
+                "scale_search_common_p50_ms", "scale_search_rare_p50_ms"
+            ),
             "import peak RSS above the baseline / largest chat": self.ratio(
                 "import_peak_above_baseline_mib", "import_largest_chat_mib"
             ),
@@ -153,6 +181,7 @@ def run_bench(
     streaming: bool = False,
     import_memory: float = 0,
     frameworks: int = 0,
+    search: int = 0,
     progress: Progress | None = None,
 ) -> BenchReport:
     """Load and read the synthetic workload; see the module docstring."""
@@ -170,7 +199,11 @@ def run_bench(
             archive.upgrade()
             bench = _Bench(archive, engine, docs, runs, seed, report_progress)
             return bench.run(
-                analytics=analytics, streaming=streaming, import_memory=import_memory, frameworks=frameworks
+                analytics=analytics,
+                streaming=streaming,
+                import_memory=import_memory,
+                frameworks=frameworks,
+                search=search,
             )
         finally:
             engine.dispose()
@@ -283,6 +316,7 @@ class _Bench:
         streaming: bool = False,
         import_memory: float = 0,
         frameworks: int = 0,
+        search: int = 0,
     ) -> BenchReport:
         tool_calls = sum(len(m.get("tool_calls") or ()) for doc in self.docs for m in doc["messages"])
         try:
@@ -301,6 +335,10 @@ class _Bench:
                     measure_frameworks(
                         self.archive, self.engine, self.engine.url, self.docs[:frameworks], self.progress
                     )
+                )
+            if search and self.postgres:  # last: it leaves its own workload behind
+                self.figures.update(
+                    measure_search(self.archive, self.engine, scale=search, progress=self.progress)
                 )
         finally:
             self._drop_references()
@@ -366,6 +404,10 @@ class _Bench:
                 "ingest_raw_copy_own_no_search_index": lambda: self._without_search_index(
                     lambda: self._time_raw_copy(rows, self.schema)
                 ),
+                # Writes that leave indexing to 'chatarchive db index'.
+                "ingest_save_many_deferred": lambda: self._deferred(self._time_save_many),
+                # A bulk load into an archive that holds data keeps the search index.
+                "ingest_bulk_onto_loaded": self._time_bulk_onto_loaded,
             }
         total = self.runs * len(ways)
         timings: dict[str, list[float]] = {name: [] for name in ways}
@@ -397,6 +439,27 @@ class _Bench:
         finally:
             self._truncate()
             self.archive.set_search_index(True)
+
+    def _deferred(self, measure: Callable[[], float]) -> float:
+        """``measure`` with deferred indexing."""
+        self.archive.configure_search(indexing="deferred")
+        try:
+            return measure()
+        finally:
+            self._truncate()
+            self.archive.configure_search(indexing="sync")
+
+    def _time_bulk_onto_loaded(self) -> float:
+        """A bulk load of half the workload into an archive holding the other
+        half, as the time the whole workload would take at that rate."""
+        self._truncate()
+        half = len(self.docs) // 2
+        self.archive.save_many(self.docs[half:])
+        start = time.perf_counter()
+        self.archive.save_many(self.docs[:half], bulk=True)
+        seconds = time.perf_counter() - start
+        loaded = sum(len(doc["messages"]) for doc in self.docs[:half])
+        return seconds * self.message_total / max(1, loaded)
 
     def _time_save_many(self, writers: int = 1) -> float:
         self._truncate()

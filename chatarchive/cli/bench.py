@@ -53,6 +53,14 @@ __all__ = ["bench"]
     help="Also play CHATS chats of the workload, a turn at a time, into each framework integration and "
     "into the framework's own PostgreSQL store (PostgreSQL; frameworks not installed are left out).",
 )
+@click.option(
+    "--search",
+    default=0,
+    type=click.IntRange(min=0),
+    metavar="MESSAGES",
+    help="Also measure what indexing costs an append (sync, deferred, against a bare insert), the lag of "
+    "deferred indexing, and search at MESSAGES messages (PostgreSQL).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def bench(
     chats: int,
@@ -65,6 +73,7 @@ def bench(
     streaming: bool,
     import_memory: float,
     frameworks: int,
+    search: int,
     as_json: bool,
 ) -> None:
     """Measure ingest, reads, storage and memory against the database's own limits.
@@ -95,6 +104,7 @@ def bench(
             streaming=streaming,
             import_memory=import_memory,
             frameworks=frameworks,
+            search=search,
             progress=report,
         )
     if as_json:

@@ -10,9 +10,22 @@ from chatarchive import SEARCH_LANGUAGES, SearchSettings
 from chatarchive._backends.postgresql import tsquery
 from chatarchive._backends.sqlite import fts5_query
 from chatarchive._search import compile_query, parse_query
-from chatarchive._terms import MAX_TERMS, Phrase, Tokenizer, rank, snippet, tsvector_literal
+from chatarchive._terms import (
+    MAX_TERMS,
+    Phrase,
+    StoredTerms,
+    Tokenizer,
+    TsvectorText,
+    rank,
+    snippet,
+    tsvector_literal,
+)
 
 ENGLISH = Tokenizer.of("english", "bigram")
+
+
+def stored(text: str) -> StoredTerms:
+    return StoredTerms.of(ENGLISH.terms(text))
 
 
 def phrase(words: str) -> Phrase:
@@ -102,23 +115,37 @@ def test_queries_become_each_databases_syntax() -> None:
 
 def test_tsvector_input_lists_each_terms_positions() -> None:
     assert tsvector_literal(["a", "条带", "a"]) == "'a':1,3 '条带':2"
+    assert stored("a b a").length == 2  # different terms
+
+
+def test_stored_tsvector_text_gives_the_positions_of_the_terms_asked_for() -> None:
+    stored_text = TsvectorText("'ab':2 'b':1,4 'bc':3", length=3)
+    assert stored_text.at("b") == [0, 3]
+    assert stored_text.at("c") == []
+    assert stored_text.starting_with("b") == [0, 2, 3]
+    assert stored_text.matched([phrase("b")]) == {0, 3}
+
+
+def test_a_snippet_at_the_end_of_a_text_shows_as_many_terms_before() -> None:
+    text = " ".join(f"w{n}" for n in range(100)) + " target."
+    cut = snippet(ENGLISH, text, stored(text).matched([phrase("target")]), ("«", "»"))
+    assert cut == "…" + " ".join(f"w{n}" for n in range(77, 100)) + " «target»."
 
 
 def test_rank_grows_with_matches_and_shrinks_with_length() -> None:
     group = [[phrase("gel")]]
-    once, twice = rank(group, ENGLISH.terms("gel ran")), rank(group, ENGLISH.terms("gel ran gel"))
-    longer = rank(group, ENGLISH.terms("gel " + "word " * 200))
+    once, twice = rank(group, stored("gel ran")), rank(group, stored("gel ran gel"))
+    longer = rank(group, stored("gel " + " ".join(f"word{n}" for n in range(200))))
     assert twice > once > longer > 0
-    assert rank(group, ENGLISH.terms("nothing here")) == 0
+    assert rank(group, stored("nothing here")) == 0
 
 
 def test_a_snippet_marks_matches_in_the_text_as_written() -> None:
-    phrases = [phrase("特异性"), phrase("strasse")]
-    assert snippet(ENGLISH, "为什么非特异性条带 an der Straße", phrases, ("«", "»")) == (
-        "为什么非«特异性»条带 an der «Straße»"
-    )
+    text = "为什么非特异性条带 an der Straße"
+    matched = stored(text).matched([phrase("特异性"), phrase("strasse")])
+    assert snippet(ENGLISH, text, matched, ("«", "»")) == "为什么非«特异性»条带 an der «Straße»"
     long = " ".join(f"w{n}" for n in range(100)) + " target " + " ".join(f"v{n}" for n in range(100))
-    cut = snippet(ENGLISH, long, [phrase("target")], ("«", "»"))
+    cut = snippet(ENGLISH, long, stored(long).matched([phrase("target")]), ("«", "»"))
     assert cut.startswith("…w94 ")
     assert "«target»" in cut
     assert cut.endswith("…")

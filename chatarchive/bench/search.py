@@ -1,0 +1,226 @@
+"""``chatarchive bench --search N``: what the search index costs writes, how
+fast deferred indexing catches up, and how fast search is at N messages.
+
+PostgreSQL only (the figures compare against what the server itself does):
+
+- an append of one message to a 1,000-message chat with ``sync`` and with
+  ``deferred`` indexing, against a bare INSERT of the same message row into a
+  table with the same columns and only its primary key, through psycopg with
+  nothing around it; the three alternate, so that drift hits them alike;
+- the lag of deferred indexing: one writer appends to a chat at a steady rate
+  while an indexer runs as ``chatarchive db index --follow`` does; the lag of a
+  message is from its commit to the commit of the batch that indexed it;
+- at N messages: ``save_many`` with deferred indexing, then indexing them all
+  (catch-up), search latency (p50, p95) for common and for rare words, and the
+  size of the terms and their index.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+from psycopg.types.json import Jsonb
+from sqlalchemy import Engine, text
+
+from chatarchive._api import ChatArchive
+from chatarchive._backends.postgresql import bare_connection
+from chatarchive._document import parse_messages
+from chatarchive._rows import messages_to_rows
+from chatarchive._schema import SEARCH_TERMS, metadata
+
+from .workload import _VOCABULARY, generate_chats
+
+__all__ = ["measure_search"]
+
+Progress = Callable[[str, int, int], None]
+
+#: The indexer's wait when nothing is marked, as ``db index --follow --interval``.
+FOLLOW_INTERVAL = 0.25
+_BARE = "bench_bare_messages"
+_TEXT = "The primer dimers formed because the annealing temperature was too low; raise it and rerun the gel."
+
+
+def _median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def _p95(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def measure_search(
+    archive: ChatArchive, engine: Engine, *, scale: int, progress: Progress, samples: int = 300
+) -> dict[str, float | None]:
+    """The figures above; leaves the archive's settings as it found them."""
+    figures: dict[str, float | None] = {}
+    before = archive.search_settings()
+    try:
+        figures |= _appends(archive, engine, samples, progress)
+        figures |= _lag(archive, engine, progress)
+        figures |= _at_scale(archive, engine, scale, progress)
+    finally:
+        archive.configure_search(indexing=before.indexing)
+        with engine.begin() as connection:
+            connection.execute(text(f"DROP TABLE IF EXISTS {_BARE}"))
+    return figures
+
+
+def _appends(
+    archive: ChatArchive, engine: Engine, samples: int, progress: Progress
+) -> dict[str, float | None]:
+    message = {"role": "assistant", "content": _TEXT}
+    for mode in ("sync", "deferred"):
+        archive.save({"chat_id": f"bench-append-{mode}", "messages": [message] * 1000})
+    with engine.begin() as connection:
+        connection.execute(text(f"DROP TABLE IF EXISTS {_BARE}"))
+        connection.execute(text(f"CREATE TABLE {_BARE} (LIKE messages INCLUDING DEFAULTS)"))
+        connection.execute(text(f"ALTER TABLE {_BARE} ADD PRIMARY KEY (chat_id, position)"))
+    (parsed,) = parse_messages([message], chat_id="bare")
+    row = messages_to_rows("bare", [parsed], first_position=0, now=datetime.now(UTC)).messages[0]
+    columns = list(row)
+    insert = f"INSERT INTO {_BARE} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))})"
+    timings: dict[str, list[float]] = {"sync": [], "deferred": [], "bare": []}
+    with bare_connection(engine.url, autocommit=True) as connection:
+        for index in range(samples + 20):
+            progress("search: appends", index, samples + 20)
+            for mode in ("sync", "deferred"):
+                archive.configure_search(indexing=mode)  # not timed
+                start = time.perf_counter()
+                archive.append(f"bench-append-{mode}", [message])
+                timings[mode].append(time.perf_counter() - start)
+            values = [row[column] for column in columns]
+            values[columns.index("position")] = index
+            values = [Jsonb(value) if isinstance(value, dict | list) else value for value in values]
+            start = time.perf_counter()
+            connection.execute(insert, values)
+            timings["bare"].append(time.perf_counter() - start)
+    figures: dict[str, float | None] = {}
+    for name, values in timings.items():
+        kept = [value * 1000 for value in values[20:]]  # the first ones warm the caches up
+        label = "bare_insert" if name == "bare" else f"append_1000_{name}"
+        figures[f"{label}_median_ms"] = _median(kept)
+        figures[f"{label}_p95_ms"] = _p95(kept)
+    for mode in ("sync", "deferred"):
+        archive.delete(f"bench-append-{mode}")
+    return figures
+
+
+def _lag(
+    archive: ChatArchive, engine: Engine, progress: Progress, *, seconds: float = 10.0, rate: float = 40.0
+) -> dict[str, float | None]:
+    """A writer appending ``rate`` messages a second to one chat for
+    ``seconds``, an indexer following it, and a watcher counting the chat's
+    indexed messages every few milliseconds: a message's lag is from its
+    commit to the first count that includes it."""
+    archive.configure_search(indexing="deferred")
+    archive.save({"chat_id": "bench-lag", "messages": [{"role": "user", "content": _TEXT}]})
+    archive.index_pending()
+    committed: list[float] = []  # the commit time of the message at position index + 1
+    counts: list[tuple[float, int]] = []
+    stop = threading.Event()
+
+    def follow() -> None:
+        while not stop.is_set():
+            if not archive.index_pending(batch_size=200, limit=200):
+                stop.wait(FOLLOW_INTERVAL)
+
+    def watch() -> None:
+        query = text("SELECT count(*) FROM message_terms WHERE chat_id = 'bench-lag'")
+        with engine.connect() as connection:
+            while not stop.is_set():
+                counts.append((time.perf_counter(), int(connection.execute(query).scalar_one())))
+                connection.rollback()
+                stop.wait(0.005)
+
+    threads = [threading.Thread(target=follow), threading.Thread(target=watch)]
+    for thread in threads:
+        thread.start()
+    try:
+        total = int(seconds * rate)
+        start = time.perf_counter()
+        for index in range(total):
+            progress("search: indexing lag", index, total)
+            time.sleep(max(0.0, start + index / rate - time.perf_counter()))
+            archive.append("bench-lag", [{"role": "user", "content": f"{_TEXT} {index}"}])
+            committed.append(time.perf_counter())
+        deadline = time.perf_counter() + FOLLOW_INTERVAL * 10 + 5
+        while (not counts or counts[-1][1] <= total) and time.perf_counter() < deadline:
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    lags = []
+    seen = iter(counts)
+    moment, count = next(seen, (0.0, 0))
+    for position, commit in enumerate(committed, 1):
+        while count <= position:
+            moment, count = next(seen, (float("nan"), total + 1))
+        lags.append((moment - commit) * 1000)
+    archive.delete("bench-lag")
+    return {
+        "index_lag_median_ms": _median(lags),
+        "index_lag_p95_ms": _p95(lags),
+        "index_lag_max_ms": max(lags),
+        "index_follow_interval_ms": FOLLOW_INTERVAL * 1000,
+        "index_lag_writes_per_s": rate,
+    }
+
+
+def _at_scale(
+    archive: ChatArchive, engine: Engine, scale: int, progress: Progress
+) -> dict[str, float | None]:
+    per_chat = 20
+    progress(f"search: generating {scale:,} messages", 0, 1)
+    docs = list(generate_chats(max(1, scale // per_chat), per_chat, seed=7))
+    messages = sum(len(doc["messages"]) for doc in docs)
+    archive.configure_search(indexing="deferred")
+    tables = [table.name for table in metadata.sorted_tables if table.name != "archive_settings"]
+    with engine.begin() as connection:
+        connection.execute(text(f"TRUNCATE {', '.join([*tables, SEARCH_TERMS])}"))
+    progress(f"search: save_many of {messages:,} messages, deferred", 0, 1)
+    start = time.perf_counter()
+    archive.save_many(docs, writers=2)
+    loaded = time.perf_counter() - start
+    del docs
+    progress(f"search: indexing {messages:,} messages", 0, 1)
+    start = time.perf_counter()
+    archive.index_pending(batch_size=500)
+    caught_up = time.perf_counter() - start
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        connection.execute(text("VACUUM ANALYZE"))  # as autovacuum would have it
+    figures: dict[str, float | None] = {
+        "scale_messages": float(messages),
+        "scale_save_many_deferred_2_writers_messages_per_s": messages / loaded,
+        "scale_index_catch_up_messages_per_s": messages / caught_up,
+    }
+    common = _VOCABULARY[:10]
+    rare = _VOCABULARY[-40:-20]
+    for name, words in (("common", common), ("rare", rare)):
+        for word in words[:3]:
+            archive.search(word)  # warm up
+        timings = []
+        for round_ in range(5):
+            for index, word in enumerate(words):
+                progress(f"search: {name} words at {messages:,}", round_ * len(words) + index, 5 * len(words))
+                start = time.perf_counter()
+                archive.search(word)
+                timings.append((time.perf_counter() - start) * 1000)
+        figures[f"scale_search_{name}_p50_ms"] = _median(timings)
+        figures[f"scale_search_{name}_p95_ms"] = _p95(timings)
+    with engine.connect() as connection:
+
+        def size(expression: str) -> int:
+            return int(connection.execute(text(f"SELECT {expression}")).scalar_one())
+
+        figures["scale_terms_bytes_per_message"] = size("pg_total_relation_size('message_terms')") / messages
+        figures["scale_terms_index_bytes_per_message"] = (
+            size("pg_relation_size('ix_message_terms_terms')") / messages
+        )
+        figures["scale_messages_bytes_per_message"] = size("pg_total_relation_size('messages')") / messages
+    return figures
