@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -72,6 +73,8 @@ MAX_TERMS = 16_383
 MAX_TERM_CHARACTERS = 128
 #: A term's positions counted for ranking (PostgreSQL keeps 256 per term).
 _MAX_POSITIONS = 256
+#: How many words' stems a tokenizer keeps at most (then it starts again).
+_STEMS_KEPT = 200_000
 
 # Letters and digits (``\w`` without the underscore), and pictographs.
 _PIECE = re.compile(r"[^\W_]+|[\u2600-\u27bf\U0001f000-\U0001faff]")
@@ -145,6 +148,8 @@ class Tokenizer:
         self.cjk = cjk
         stemmer = None if language == "simple" else snowballstemmer.stemmer(language)
         self._stem = lru_cache(maxsize=1 << 16)(stemmer.stemWord if stemmer else _same)
+        #: Stems of the words seen, most words of a language being few (bounded: see ``_stems_of``).
+        self._stems: dict[str, str] = {}
 
     @staticmethod
     @cache
@@ -176,12 +181,19 @@ class Tokenizer:
     def terms(self, text: str) -> list[str]:
         """The terms of ``text``, in order (the terms of ``spans``)."""
         if text.isascii():  # most text: words alone, found by one regular expression
-            stem = self._stem
-            words = [
-                stem(word) for word in _ASCII_WORD.findall(text.lower()) if len(word) <= MAX_TERM_CHARACTERS
-            ]
-            return words[:MAX_TERMS]
+            words = [word for word in _ASCII_WORD.findall(text.lower()) if len(word) <= MAX_TERM_CHARACTERS]
+            return self._stems_of(words[:MAX_TERMS])
         return [term for term, _, _ in self.spans(text)]
+
+    def _stems_of(self, words: list[str]) -> list[str]:
+        stems = self._stems
+        if len(stems) > _STEMS_KEPT:
+            stems.clear()
+        missing = [word for word in words if word not in stems]
+        if missing:
+            stem = self._stem
+            stems.update((word, stem(word)) for word in missing)
+        return [stems[word] for word in words]
 
     def phrase(self, words: str) -> Phrase | None:
         """A query's word or quoted phrase as terms in a row (``None``: no term in it)."""
@@ -248,14 +260,16 @@ def occurrences(phrase: Phrase, terms: StoredTerms) -> list[int]:
     return sorted(starts & ends)[:_MAX_POSITIONS]
 
 
-def positions_of(terms: Sequence[str]) -> dict[str, list[int]]:
-    """Each term's positions among ``terms`` (at most the first 256 of each,
-    as PostgreSQL keeps them)."""
-    found: dict[str, list[int]] = {}
-    for position, term in enumerate(terms):
-        places = found.setdefault(term, [])
-        if len(places) < _MAX_POSITIONS:
-            places.append(position)
+def positions_of(terms: Sequence[str], *, start: int = 0) -> dict[str, list[int]]:
+    """Each term's positions among ``terms``, counted from ``start`` (at most
+    the first 256 of each, as PostgreSQL keeps them)."""
+    found: defaultdict[str, list[int]] = defaultdict(list)
+    for position, term in enumerate(terms, start):
+        found[term].append(position)
+    if len(terms) > _MAX_POSITIONS:
+        for term, places in found.items():
+            if len(places) > _MAX_POSITIONS:
+                found[term] = places[:_MAX_POSITIONS]
     return found
 
 
@@ -381,9 +395,7 @@ def snippet(
 
 def tsvector_literal(terms: Sequence[str]) -> str:
     """``terms`` (with their positions) as PostgreSQL's ``tsvector`` input."""
-    positions = positions_of(terms)
     # Terms hold letters and digits only: nothing to escape.
     return " ".join(
-        f"'{term}':{','.join(str(p + 1) for p in found[:_MAX_POSITIONS])}"
-        for term, found in positions.items()
+        f"'{term}':{','.join(map(str, places))}" for term, places in positions_of(terms, start=1).items()
     )

@@ -4,6 +4,7 @@ databases, and keeps its terms in step with every write, now or later."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -319,3 +320,38 @@ def test_search_off_marks_writes_and_indexes_them_when_on_again(own_archive: tup
     assert archive.index_pending() == 0  # nothing is indexed while search is off
     archive.set_search_index(True)
     assert sorted(found(archive, "条带")) == [("mixed", 0), ("zh", 0), ("zh", 1), ("zh", 2)]
+
+
+def test_an_indexer_beside_writers_leaves_every_message_searchable(
+    own_archive: tuple[ChatArchive, str],
+) -> None:
+    archive, _ = own_archive
+    archive.configure_search(indexing="deferred")
+    archive.save_many({"chat_id": f"w{n}", "messages": []} for n in range(3))
+    done = threading.Event()
+    indexed: list[int] = []
+
+    def write(chat: int) -> None:
+        for index in range(30):
+            archive.append(f"w{chat}", [{"role": "user", "content": f"条带 number{chat}x{index}"}])
+
+    def index() -> None:
+        while not done.is_set():
+            indexed.append(archive.index_pending(batch_size=1))
+
+    indexer = threading.Thread(target=index)
+    indexer.start()
+    writers = [threading.Thread(target=write, args=(chat,)) for chat in range(3)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    done.set()
+    indexer.join()
+    archive.index_pending()
+    assert sum(indexed) > 0  # the indexer ran while the writers did
+    assert len(archive.search("条带", limit=200)) == 90
+    now = stored_terms(archive)
+    archive.rebuild_search_index()
+    archive.index_pending()
+    assert stored_terms(archive) == now
