@@ -132,8 +132,7 @@ def _in_one_transaction(batches: Any, *, bulk: bool, on_error: OnError | None) -
     saved = 0
     try:
         while (batch := (yield NextBatch(batches))) is not None:
-            write = partial(write_batch, batch=batch, on_error=on_error, index_later=opened.index_later)
-            saved += yield Step(Kind.WRITE, write)
+            saved += yield Step(Kind.WRITE, partial(write_batch, batch=batch, on_error=on_error))
         yield Step(Kind.WRITE, partial(_end, opened=opened))
     except BaseException:
         yield Step(Kind.WRITE, partial(_abandon, opened=opened))
@@ -159,8 +158,6 @@ class _Opened:
     savepoint: Any
     bulk: Any = None
     load: BulkLoad | None = None
-    #: Index the loaded messages once, at the end (a bulk load into an empty archive).
-    index_later: bool = False
 
 
 def _begin(unit: Unit, /, *, bulk: bool) -> _Opened:
@@ -172,8 +169,9 @@ def _begin(unit: Unit, /, *, bulk: bool) -> _Opened:
             return opened
         try:
             opened.bulk = unit.executor.begin_nested()
-            opened.index_later = searching.settings(unit).indexing == "sync" and searching.is_empty(unit)
-            opened.load = unit.backend.begin_bulk(unit.executor, terms_index=not opened.index_later)
+            # Into an empty archive the index of the search terms is built
+            # once, at the end, over every term the load wrote.
+            opened.load = unit.backend.begin_bulk(unit.executor, terms_index=not searching.is_empty(unit))
         except BaseException:
             _abandon(unit, opened=opened)
             raise
@@ -184,8 +182,6 @@ def _end(unit: Unit, /, *, opened: _Opened) -> None:
     """After the last batch: what a bulk load took away put back (the
     database checks every row in one pass), the savepoints released."""
     with unit.reading():
-        if opened.index_later:
-            searching.index_all_pending(unit)
         if opened.bulk is not None:
             if opened.load is not None:
                 unit.backend.end_bulk(unit.executor, opened.load)
@@ -203,12 +199,10 @@ def _abandon(unit: Unit, /, *, opened: _Opened) -> None:
                 savepoint.rollback()
 
 
-def write_batch(
-    unit: Unit, /, batch: PreparedBatch, on_error: OnError | None, *, index_later: bool = False
-) -> int:
+def write_batch(unit: Unit, /, batch: PreparedBatch, on_error: OnError | None) -> int:
     """Write one prepared batch; returns how many documents were saved."""
     batch.report_errors(on_error)
-    return write_rows(unit, batch.documents, on_error, index_later=index_later)
+    return write_rows(unit, batch.documents, on_error)
 
 
 def write_rows(
@@ -216,20 +210,16 @@ def write_rows(
     /,
     documents: Mapping[str, tuple[int, ChatRows]],
     on_error: OnError | None,
-    *,
-    index_later: bool = False,
 ) -> int:
     """Write the rows of ``documents`` (by chat id, with their index in the
     input), each chat replacing the stored one; a document that cannot be
-    written is reported to ``on_error``, or raised without it. With
-    ``index_later`` the chats are marked for indexing, whatever the archive's
-    settings."""
+    written is reported to ``on_error``, or raised without it."""
     if not documents:
         return 0
     for attempt in range(1, CREATE_ATTEMPTS + 1):
         try:
             with unit.writing(savepoint=True):
-                _write_documents(unit, documents, index_later=index_later)
+                _write_documents(unit, documents)
             return len(documents)
         except ConflictError as exc:
             # Another writer created one of the chats after the lock found none:
@@ -247,15 +237,10 @@ def write_rows(
         on_error(index, error)
         return 0
     # Find the culprit: save the documents one at a time.
-    return sum(
-        write_rows(unit, {chat_id: item}, on_error, index_later=index_later)
-        for chat_id, item in documents.items()
-    )
+    return sum(write_rows(unit, {chat_id: item}, on_error) for chat_id, item in documents.items())
 
 
-def _write_documents(
-    unit: Unit, /, documents: Mapping[str, tuple[int, ChatRows]], *, index_later: bool
-) -> None:
+def _write_documents(unit: Unit, /, documents: Mapping[str, tuple[int, ChatRows]]) -> None:
     if unit.user_id is not None:
         for chat_id, (_, chat_rows) in documents.items():
             if chat_rows.chat["user_id"] is None:
@@ -279,7 +264,7 @@ def _write_documents(
         delete_children(unit, selected)
         unit.execute(delete_rows(chats).where(selected))
     rows = [item[1] for item in documents.values()]
-    mark = 0 if index_later else searching.pending_mark(unit)
+    mark = searching.pending_mark(unit)
     for chat_id, (_, chat_rows) in documents.items():  # a batch written again after a race: all of them
         chat_rows.chat["version"] = stored.get(chat_id, 0) + 1
         chat_rows.chat["search_from"] = mark
