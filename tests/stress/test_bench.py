@@ -37,3 +37,21 @@ def test_bench_plays_chats_into_each_framework_and_its_own_store(run: Run, diale
                 )
         assert figures[f"{framework}_archive_exact_chats"] == 3
         assert [name for name in ratios if name.startswith(f"{framework} add per turn, median")]
+
+
+def test_bench_measures_indexing_and_search_at_scale(run: Run, dialect: str) -> None:
+    args = ("bench", "--chats", "6", "--messages", "8", "--runs", "1", "--search", "2000", "--json")
+    figures = json.loads(run(*args).stdout)["figures"]
+    if dialect == "sqlite":  # measured against what PostgreSQL itself does
+        assert "append_1000_deferred_median_ms" not in figures
+        return
+    for name in ("append_1000_sync", "append_1000_deferred", "bare_insert"):
+        assert 0 < figures[f"{name}_median_ms"] <= figures[f"{name}_p95_ms"]
+    assert 0 < figures["index_lag_median_ms"] <= figures["index_lag_p95_ms"] <= figures["index_lag_max_ms"]
+    assert 2000 <= figures["scale_messages"] < 2200  # whole chats of about 20 messages
+    assert figures["scale_index_catch_up_messages_per_s"] > 0
+    for kind in ("common", "rare"):
+        assert 0 < figures[f"scale_search_{kind}_p50_ms"] <= figures[f"scale_search_{kind}_p95_ms"]
+    assert figures["scale_terms_bytes_per_message"] > figures["scale_terms_index_bytes_per_message"] > 0
+    assert figures["ingest_save_many_deferred"] > 0
+    assert figures["ingest_bulk_onto_loaded"] > 0
