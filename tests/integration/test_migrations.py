@@ -657,3 +657,67 @@ def test_0011_makes_chats_single_paths_and_its_downgrade_keeps_or_drops_branches
         upgrade(archive.engine)
     finally:
         archive.close()
+
+
+def test_0012_indexes_stored_chats_after_upgrading_and_builds_the_old_indexes_going_down(
+    empty_database: URL,
+) -> None:
+    """Revision 0012 marks every chat, whose terms chatarchive then computes
+    (``upgrade()`` at once; after a plain Alembic upgrade, ``index_pending``);
+    its downgrade gives back the full-text indexes of 0011, filled."""
+    from sqlalchemy import text
+
+    archive = ChatArchive(empty_database)
+    postgres = archive.engine.dialect.name == "postgresql"
+    old_search = (
+        "SELECT count(*) FROM messages WHERE to_tsvector('english', left(text, 100000)) "
+        "@@ to_tsquery('english', 'annealing')"
+        if postgres
+        else "SELECT count(*) FROM message_text_search WHERE message_text_search MATCH 'annealing'"
+    )
+    try:
+        archive.upgrade()
+        archive.save_many(
+            [
+                {"chat_id": "en", "messages": [{"role": "user", "content": "Annealing at 55 degrees"}]},
+                {
+                    "chat_id": "zh",
+                    "messages": [{"role": "user", "content": [{"type": "text", "text": "非特异性条带"}]}],
+                },
+            ]
+        )
+        downgrade(archive.engine, "0011")
+        with archive.engine.connect() as connection:
+            assert connection.execute(text(old_search)).scalar_one() == 1
+        alembic = subprocess.run(  # Alembic alone: the chats are marked, not indexed
+            [str(Path(sys.executable).with_name("alembic")), "upgrade", "head"],
+            cwd=ROOT,
+            env=_env_with_url(empty_database),
+            capture_output=True,
+            text=True,
+        )
+        assert alembic.returncode == 0, alembic.stderr
+        waiting = archive.search("条带")
+        assert waiting == []
+        assert waiting.pending_chats == 2
+        assert archive.index_pending() == 2
+        assert [hit.chat_id for hit in archive.search("条带")] == ["zh"]
+        downgrade(archive.engine, "0011")
+        archive.upgrade()  # chatarchive's upgrade indexes them right after
+        results = archive.search("annealing")
+        assert [hit.chat_id for hit in results] == ["en"]
+        assert results.fresh
+        # Search off stays off, both ways.
+        archive.set_search_index(False)
+        downgrade(archive.engine, "0011")
+        with archive.engine.connect() as connection:
+            absent = (
+                "SELECT to_regclass('ix_messages_text_search') IS NULL"
+                if postgres
+                else "SELECT count(*) = 0 FROM sqlite_master WHERE name = 'message_text_search'"
+            )
+            assert connection.execute(text(absent)).scalar_one()
+        archive.upgrade()
+        assert not archive.search_index()
+    finally:
+        archive.close()
