@@ -218,6 +218,11 @@ def db_index(follow: bool, batch_size: int, interval: float) -> None:
     long (plus the time to index a batch). Stop it with Ctrl-C.
     """
     target = archive()
+    if target.search_settings().indexing == "off":
+        fail(
+            "search is off for this archive, so nothing is indexed: "
+            "turn it on with 'chatarchive db search-index on'"
+        )
     total = 0
     try:
         while True:

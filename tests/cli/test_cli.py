@@ -711,6 +711,8 @@ def test_search_configuration_and_deferred_indexing(run: Run, tmp_path: Path) ->
     assert run("db", "search", "--cjk", "unigram", "--indexing", "sync").stdout.endswith("indexing\tsync\n")
     assert "«性条»" in json.loads(run("search", "性条", "--json").stdout)[0]["snippet"]
     run("db", "search", "--language", "klingon", expect=2)
+    run("db", "search-index", "off")
+    assert "search is off" in run("db", "index", expect=1).stderr
 
 
 # Stored text is whatever users and models wrote: console markup, emoji codes,
