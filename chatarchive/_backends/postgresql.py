@@ -264,14 +264,34 @@ class PostgreSQL(Backend):
         return load
 
     def write_terms(self, executor: Executor, entries: Sequence[tuple[str, int, Sequence[str]]]) -> None:
-        if entries:
-            executor.execute(
-                _WRITE_TERMS,
-                [
-                    {"chat_id": chat_id, "position": position, "terms": tsvector_literal(terms)}
-                    for chat_id, position, terms in entries
-                ],
-            )
+        """Many messages' terms (a batch, the indexer's) by text COPY through the
+        connection's own psycopg connection where it may (see ``row_writer``),
+        a few (an append's) by INSERT."""
+        rows = [(chat_id, position, tsvector_literal(terms)) for chat_id, position, terms in entries]
+        if not rows:
+            return
+        connection = connection_of(executor)
+        driver = connection.connection.driver_connection
+        if (
+            len(rows) >= _COPIED_TERMS
+            and isinstance(driver, psycopg.Connection)
+            and not executor.execute(_ROW_SECURITY).scalar_one()
+        ):
+            with (
+                driver_call(connection, _COPY_TERMS),
+                driver.cursor() as cursor,
+                cursor.copy(_COPY_TERMS) as copy,
+            ):
+                for chat_id, position, literal in rows:
+                    copy.write_row((escape_text(chat_id), position, literal))
+            return
+        executor.execute(
+            _WRITE_TERMS,
+            [
+                {"chat_id": chat_id, "position": position, "terms": literal}
+                for chat_id, position, literal in rows
+            ],
+        )
 
     def delete_terms(self, executor: Executor, chat_id: str, from_position: int) -> None:
         executor.execute(_DELETE_TERMS, {"chat_id": chat_id, "position": from_position})
@@ -716,6 +736,10 @@ _SECONDARY_INDEXES = text(
 SAMPLED_MATCHES = 5000
 
 _TERMS_INDEX = "ix_message_terms_terms"
+#: From this many messages' terms on, ``write_terms`` copies them (COPY's own
+#: round trips cost more than an INSERT's for a few rows).
+_COPIED_TERMS = 20
+_COPY_TERMS = f"COPY {SEARCH_TERMS} (chat_id, message_position, terms) FROM STDIN"
 _WRITE_TERMS = text(
     f"INSERT INTO {SEARCH_TERMS} (chat_id, message_position, terms) "
     "VALUES (:chat_id, :position, CAST(:terms AS tsvector))"

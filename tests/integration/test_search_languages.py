@@ -355,3 +355,17 @@ def test_an_indexer_beside_writers_leaves_every_message_searchable(
     archive.rebuild_search_index()
     archive.index_pending()
     assert stored_terms(archive) == now
+
+
+def test_many_messages_terms_keep_a_chat_id_that_needs_escaping(archive: ChatArchive) -> None:
+    # PostgreSQL copies a batch's terms; the chat id is stored escaped, as in every other table.
+    chat_id = "tab\there\ue000private"
+    archive.save_many(
+        [{"chat_id": chat_id, "messages": [{"role": "user", "content": f"条带 {n}"} for n in range(30)]}]
+    )
+    assert {hit.chat_id for hit in archive.search("条带", limit=50)} == {chat_id}
+    now = stored_terms(archive)
+    archive.rebuild_search_index()
+    assert stored_terms(archive) == now
+    archive.delete(chat_id)
+    assert stored_terms(archive) == []
