@@ -28,9 +28,9 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache
 from itertools import islice
 from typing import Literal
 
@@ -147,7 +147,7 @@ class Tokenizer:
         self.language = language
         self.cjk = cjk
         stemmer = None if language == "simple" else snowballstemmer.stemmer(language)
-        self._stem = lru_cache(maxsize=1 << 16)(stemmer.stemWord if stemmer else _same)
+        self._stemmer: Callable[[str], str] = stemmer.stemWord if stemmer else _same
         #: Stems of the words seen, most words of a language being few (bounded: see ``_stems_of``).
         self._stems: dict[str, str] = {}
 
@@ -191,7 +191,7 @@ class Tokenizer:
             stems.clear()
         missing = [word for word in words if word not in stems]
         if missing:
-            stem = self._stem
+            stem = self._stemmer
             stems.update((word, stem(word)) for word in missing)
         return [stems[word] for word in words]
 
@@ -211,7 +211,7 @@ class Tokenizer:
             # NFKC may bring in other characters ("⑴" is "(1)"): only letters and digits stay.
             term = _NOT_WORD.sub("", unicodedata.normalize("NFKC", part).casefold())
             if term and len(term) <= MAX_TERM_CHARACTERS:
-                yield self._stem(term), offset, offset + len(part)
+                yield self._stems_of([term])[0], offset, offset + len(part)
             return
         characters = unicodedata.normalize("NFKC", part).casefold()
         if len(characters) != len(part):  # normalization joined or split characters: index them as given

@@ -27,6 +27,7 @@ from sqlalchemy.types import TypeEngine
 
 from chatarchive._document import ChatDocument
 from chatarchive._exceptions import ChatArchiveError, NotSupported
+from chatarchive._schema import SEARCH_TERMS
 from chatarchive._search import SearchFilters, SearchQuery
 from chatarchive._terms import StoredTerms
 
@@ -196,12 +197,13 @@ class Backend(ABC):
         order) whose rows are written and that have none."""
 
     @abstractmethod
-    def delete_terms(self, executor: Executor, chat_id: str, from_position: int) -> None:
-        """Delete the search terms of the chat's messages from ``from_position`` on."""
+    def delete_terms(self, executor: Executor, starts: Sequence[tuple[str, int]]) -> None:
+        """Delete the search terms of each chat's messages from a position on
+        (``starts``: chat id and position), in one round trip."""
 
-    @abstractmethod
     def clear_terms(self, connection: Connection) -> None:
         """Delete every message's search terms."""
+        connection.exec_driver_sql(f"DELETE FROM {SEARCH_TERMS}")
 
     @abstractmethod
     def match(

@@ -184,11 +184,11 @@ class SQLite(Backend):
                 ],
             )
 
-    def delete_terms(self, executor: Executor, chat_id: str, from_position: int) -> None:
-        executor.execute(_DELETE_TERMS, {"chat_id": chat_id, "position": from_position})
-
-    def clear_terms(self, connection: Connection) -> None:
-        connection.exec_driver_sql(f"DELETE FROM {SEARCH_TERMS}")
+    def delete_terms(self, executor: Executor, starts: Sequence[tuple[str, int]]) -> None:
+        if starts:
+            executor.execute(
+                _DELETE_TERMS, [{"chat_id": chat, "position": position} for chat, position in starts]
+            )
 
     def match(
         self, executor: Executor, query: SearchQuery, filters: SearchFilters, *, candidates: int

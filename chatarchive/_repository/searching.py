@@ -139,7 +139,7 @@ def changed(unit: Unit, /, chat_id: str, from_position: int) -> None:
     if current.indexing != "sync":
         _mark(unit, chat_id, from_position)
         return
-    unit.backend.delete_terms(unit.executor, chat_id, from_position)
+    unit.backend.delete_terms(unit.executor, [(chat_id, from_position)])
     message_rows, part_rows = _stored_texts(unit, [chat_id], from_position=from_position)
     unit.backend.write_terms(unit.executor, _entries(current.tokenizer, message_rows, part_rows))
 
@@ -205,25 +205,23 @@ def _stored_texts(
         .mappings()
         .all()
     )
-    part_rows = (
-        unit.execute(
-            select(
-                content_parts.c.chat_id,
-                content_parts.c.message_position,
-                content_parts.c.type,
-                content_parts.c.text,
-            )
-            .where(
-                content_parts.c.chat_id.in_(chat_ids),
-                content_parts.c.message_position >= part_start,
-                content_parts.c.type == "text",
-            )
-            .order_by(content_parts.c.chat_id, content_parts.c.message_position, content_parts.c.position)
+    part_rows = _text_parts(unit, content_parts.c.message_position >= part_start, chat_ids=chat_ids)
+    return [dict(row) for row in message_rows], part_rows
+
+
+def _text_parts(unit: Unit, /, *where: Any, chat_ids: Sequence[str]) -> list[Mapping[str, Any]]:
+    """The text parts of ``chat_ids``'s messages (those ``where`` selects), in order."""
+    query = (
+        select(
+            content_parts.c.chat_id,
+            content_parts.c.message_position,
+            content_parts.c.type,
+            content_parts.c.text,
         )
-        .mappings()
-        .all()
+        .where(content_parts.c.chat_id.in_(chat_ids), content_parts.c.type == "text", *where)
+        .order_by(content_parts.c.chat_id, content_parts.c.message_position, content_parts.c.position)
     )
-    return [dict(row) for row in message_rows], [dict(row) for row in part_rows]
+    return [dict(row) for row in unit.execute(query).mappings()]
 
 
 # -- indexing marked chats -----------------------------------------------------------------
@@ -248,8 +246,7 @@ def index_pending(unit: Unit, /, *, chats_per_batch: int) -> int:
         if not batch:
             return 0
         chat_ids = list(batch)
-        for chat_id, position in batch.items():
-            unit.backend.delete_terms(unit.executor, chat_id, position)
+        unit.backend.delete_terms(unit.executor, list(batch.items()))
         message_rows, part_rows = _stored_texts(unit, chat_ids)
         unit.backend.write_terms(unit.executor, _entries(current.tokenizer, message_rows, part_rows))
         unit.execute(update_rows(chats).where(chats.c.chat_id.in_(chat_ids)).values(search_from=None))
@@ -311,26 +308,12 @@ def configure(unit: Unit, /, *, rebuild: bool = False, **changes: Any) -> Search
 def _texts_of(unit: Unit, /, rows: Sequence[Any]) -> dict[tuple[str, int], str]:
     """The text of the messages of ``rows`` (their string content, which the
     row holds, or their text parts, read here)."""
-    texts = {(row.chat_id, row.position): row.text for row in rows if row.text is not None}
     missing = [row for row in rows if row.text is None]
-    if not missing:
-        return texts
-    parts = unit.execute(
-        select(content_parts.c.chat_id, content_parts.c.message_position, content_parts.c.text)
-        .where(
-            content_parts.c.chat_id.in_(sorted({row.chat_id for row in missing})),
-            content_parts.c.message_position.in_(sorted({row.position for row in missing})),
-            content_parts.c.type == "text",
-        )
-        .order_by(content_parts.c.chat_id, content_parts.c.message_position, content_parts.c.position)
-    ).all()
-    joined: dict[tuple[str, int], list[str]] = {}
-    for chat_id, position, text in parts:
-        if text is not None:
-            joined.setdefault((chat_id, position), []).append(text)
-    for row in missing:
-        texts[row.chat_id, row.position] = "\n".join(joined.get((row.chat_id, row.position), ()))
-    return texts
+    parts = []
+    if missing:
+        positions = content_parts.c.message_position.in_(sorted({row.position for row in missing}))
+        parts = _text_parts(unit, positions, chat_ids=sorted({row.chat_id for row in missing}))
+    return _texts([row._mapping for row in rows], parts)
 
 
 def search(unit: Unit, /, query: str, filters: SearchFilters, *, limit: int) -> SearchResults:
@@ -358,7 +341,10 @@ def search(unit: Unit, /, query: str, filters: SearchFilters, *, limit: int) -> 
             role=row.role,
             created_at=row.created_at,
             snippet=snippet(
-                current.tokenizer, texts[row.chat_id, row.position], terms.matched(phrases), HIGHLIGHT
+                current.tokenizer,
+                texts.get((row.chat_id, row.position), ""),
+                terms.matched(phrases),
+                HIGHLIGHT,
             ),
             rank=score,
         )
