@@ -30,6 +30,7 @@ from ._engine import create_async_engine, create_engine, shown_url
 from ._exceptions import ArchiveClosed, DatabaseError, TransactionEnded, TransactionInProgress, quoted
 from ._migrations import require_archive_file, require_revision, stored_revision
 from ._operations import ArchiveOperations, AsyncFace, ChatOperations, SyncFace
+from ._repository.appends import Guesses
 from ._repository.plans import Connected, FaceFacts, Kind, Step
 from ._repository.unit import Unit
 
@@ -57,6 +58,7 @@ class _Archive(Generic[_AnyEngine]):
         self._schema_ready = False
         self._writer: _AnyEngine = cast(_AnyEngine, self._backend.for_writing(engine))
         self._readers: dict[bool, _AnyEngine] = {}
+        self._guesses = Guesses()
 
     def _scoped(self, scoped: _Archive[_AnyEngine], user_id: str) -> None:
         """Make ``scoped`` (new, on this archive's engine) this archive as seen by ``user_id``."""
@@ -97,6 +99,7 @@ class _Archive(Generic[_AnyEngine]):
             limits=self._limits,
             commits_each_step=True,
             url=self.url,
+            guesses=self._guesses,
         )
 
     def _unit(self, executor: Session | Connection, *, savepoints: bool) -> Unit:
@@ -262,6 +265,10 @@ class ChatArchive(ChatOperations, ArchiveOperations, _Archive[Engine], SyncFace)
         self._require_schema()
         if step.kind is Kind.READ:
             return self._retried(lambda: self._read(step))
+        if step.kind is Kind.STATEMENT:
+            with _one_write_at_a_time(self._engine), database_errors(), self._writer.connect() as connection:
+                connection.execution_options(isolation_level="AUTOCOMMIT")
+                return step.call(self._unit(connection, savepoints=False))
         with _one_write_at_a_time(self._engine), database_errors(), self._writer.begin() as connection:
             return step.call(self._unit(connection, savepoints=False))
 
@@ -393,10 +400,13 @@ class AsyncChatArchive(ChatOperations, ArchiveOperations, _Archive[AsyncEngine],
         reading = step.kind is Kind.READ
         engine = self._reader() if reading else self._writer
         with nullcontext() if reading else _one_write_at_a_time(self._engine), database_errors():
-            async with engine.connect() as connection, connection.begin():
-                result: _T = await connection.run_sync(
-                    lambda sync: step.call(self._unit(sync, savepoints=False))
-                )
+            async with engine.connect() as connection:
+                if step.kind is Kind.STATEMENT:
+                    await connection.execution_options(isolation_level="AUTOCOMMIT")
+                async with nullcontext() if step.kind is Kind.STATEMENT else connection.begin():
+                    result: _T = await connection.run_sync(
+                        lambda sync: step.call(self._unit(sync, savepoints=False))
+                    )
                 return result
 
     async def _connected(self, instruction: Connected[_T]) -> _T:

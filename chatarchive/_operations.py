@@ -514,7 +514,7 @@ class ChatOperations:
     get = reading(reads.get)
     get_tree = reading(reads.get_tree)
     get_many = reading(reads.get_many)
-    append = writing(writes.append)
+    append = planned(writes.append)
     regenerate = writing(writes.regenerate)
     edit = writing(writes.edit)
     set_active_leaf = writing(writes.set_active_leaf)

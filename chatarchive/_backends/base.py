@@ -72,6 +72,9 @@ class Backend(ABC):
     parallel_writers: ClassVar[bool]
     #: Whether the database has row-level security.
     has_row_level_security: ClassVar[bool]
+    #: Whether an append to the end of a chat can be one statement (a
+    #: data-modifying ``WITH``: see ``insert_terms``).
+    appends_in_one_statement: ClassVar[bool] = False
 
     # -- URLs, engines and connections ---------------------------------------------
 
@@ -200,6 +203,21 @@ class Backend(ABC):
     def delete_terms(self, executor: Executor, starts: Sequence[tuple[str, int]]) -> None:
         """Delete the search terms of each chat's messages from a position on
         (``starts``: chat id and position), in one round trip."""
+
+    def execute_one(self, executor: Executor, statement: Any, params: Mapping[str, Any]) -> Sequence[Any]:
+        """The one row of ``statement`` (a Core statement built once and reused:
+        a hot write's), run with ``params``."""
+        return tuple(executor.execute(statement, params).one())
+
+    def terms_value(self, terms: Sequence[str]) -> Any:
+        """How ``insert_terms`` is given a message's terms (in order)."""
+        raise NotImplementedError
+
+    def insert_terms(self, first: ColumnElement[int], count: int) -> Any:
+        """The INSERT, to put in a ``WITH``, of ``count`` new messages' terms:
+        parameters ``chat``, ``t{i}_position`` (counted from ``first``) and
+        ``t{i}_terms`` (``terms_value``), for ``i`` below ``count``."""
+        raise NotImplementedError
 
     def clear_terms(self, connection: Connection) -> None:
         """Delete every message's search terms."""

@@ -19,7 +19,7 @@ import struct
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from functools import cache
+from functools import cache, lru_cache
 from operator import itemgetter
 from typing import Any, ClassVar, cast
 
@@ -34,13 +34,19 @@ from sqlalchemy import (
     Engine,
     Integer,
     Table,
+    Text,
     bindparam,
+    column,
     event,
     func,
+    insert,
     literal_column,
     select,
     text,
+    union_all,
 )
+from sqlalchemy import cast as sql_cast
+from sqlalchemy import table as light_table
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import AdaptedConnection, Dialect
 from sqlalchemy.exc import DBAPIError, DisconnectionError
@@ -98,6 +104,7 @@ class PostgreSQL(Backend):
     title = "PostgreSQL"
     parallel_writers: ClassVar[bool] = True
     has_row_level_security: ClassVar[bool] = True
+    appends_in_one_statement: ClassVar[bool] = True
 
     # -- URLs, engines and connections ---------------------------------------------
 
@@ -293,6 +300,37 @@ class PostgreSQL(Backend):
             ],
         )
 
+    def execute_one(self, executor: Executor, statement: Any, params: Mapping[str, Any]) -> Sequence[Any]:
+        """On psycopg's synchronous connection, straight on the driver with the
+        statement's SQL and its types' bind processing prepared once: for an
+        append, SQLAlchemy's work per execution is a quarter of the time."""
+        connection = connection_of(executor)
+        driver = connection.connection.driver_connection
+        if not isinstance(driver, psycopg.Connection):
+            return super().execute_one(executor, statement, params)
+        sql, fixed, processors = _prepared(statement, connection.dialect)
+        values = fixed | dict(params)
+        for name, process in processors:
+            values[name] = process(values[name])
+        with driver_call(connection, sql, values), driver.cursor() as cursor:
+            row: tuple[Any, ...] | None = cursor.execute(sql, values).fetchone()
+        assert row is not None
+        return row
+
+    def terms_value(self, terms: Sequence[str]) -> Any:
+        return tsvector_literal(terms)
+
+    def insert_terms(self, first: ColumnElement[int], count: int) -> Any:
+        rows = [
+            select(
+                bindparam("chat", type_=ArchiveText()),
+                first + bindparam(f"t{index}_position", type_=Integer),
+                sql_cast(bindparam(f"t{index}_terms", type_=Text()), postgresql.TSVECTOR),
+            )
+            for index in range(count)
+        ]
+        return insert(_TERMS).from_select(list(_TERMS.c), union_all(*rows) if count > 1 else rows[0])
+
     def delete_terms(self, executor: Executor, starts: Sequence[tuple[str, int]]) -> None:
         if starts:
             executor.execute(
@@ -474,6 +512,22 @@ _PSYCOPG = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
 def _psycopg_sql(statement: TextClause) -> str:
     """The statement as psycopg takes it (``%(name)s`` parameters)."""
     return str(statement.compile(dialect=_PSYCOPG))
+
+
+@lru_cache(maxsize=64)
+def _prepared(statement: Any, dialect: Dialect) -> tuple[str, dict[str, Any], list[tuple[str, Any]]]:
+    """A Core statement as psycopg takes it (``execute_one``): its SQL, the
+    values of the parameters it holds itself (its literals), and the bind
+    processor of each parameter it is given that has one."""
+    compiled = statement.compile(dialect=dialect)
+    fixed, processors = {}, []
+    for bind, name in compiled.bind_names.items():
+        process = bind.type.dialect_impl(dialect).bind_processor(dialect)
+        if not bind.required:
+            fixed[name] = bind.value if process is None else process(bind.value)
+        elif process is not None:
+            processors.append((name, process))
+    return str(compiled), fixed, processors
 
 
 def _fetch_all(
@@ -744,6 +798,7 @@ _WRITE_TERMS = text(
     f"INSERT INTO {SEARCH_TERMS} (chat_id, message_position, terms) "
     "VALUES (:chat_id, :position, CAST(:terms AS tsvector))"
 ).bindparams(bindparam("chat_id", type_=ArchiveText()))
+_TERMS = light_table(SEARCH_TERMS, column("chat_id"), column("message_position"), column("terms"))
 _DELETE_TERMS = text(
     f"DELETE FROM {SEARCH_TERMS} WHERE chat_id = :chat_id AND message_position >= :position"
 ).bindparams(bindparam("chat_id", type_=ArchiveText()))

@@ -23,6 +23,7 @@ from chatarchive._backends import Backend
 from chatarchive._document import ChatDocument, Limits
 
 if TYPE_CHECKING:
+    from .appends import Guesses
     from .unit import Unit
 
 __all__ = [
@@ -55,6 +56,9 @@ class Kind(enum.Enum):
 
     READ = "read"
     WRITE = "write"
+    #: A write of one statement, atomic on its own: a face that commits each
+    #: step runs it without a transaction around it (one round trip).
+    STATEMENT = "statement"
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,8 @@ class FaceFacts:
     commits_each_step: bool
     #: The archive's database (archives only).
     url: URL | None = None
+    #: What the archive last saw of its database (archives only).
+    guesses: Guesses | None = None
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from chatarchive._search import (
     parse_query,
     search_index_off,
 )
-from chatarchive._terms import SearchSettings, Tokenizer, rank, snippet
+from chatarchive._terms import SearchSettings, rank, snippet
 
 from .unit import Unit
 
@@ -43,6 +43,7 @@ __all__ = [
     "SETTING_FIELDS",
     "changed",
     "configure",
+    "entries",
     "index_all_pending",
     "index_pending",
     "is_empty",
@@ -51,6 +52,7 @@ __all__ = [
     "pending_mark",
     "search",
     "settings",
+    "settings_of",
     "stored_setting",
     "written",
 ]
@@ -87,7 +89,12 @@ def stored_setting(field: str) -> Any:
 def known_settings(unit: Unit, /, values: Sequence[str | None]) -> None:
     """Tell the unit the archive's settings, read by another statement
     (each field's stored value, in ``SETTING_FIELDS`` order, or None)."""
-    unit.search_settings = _settings_of(tuple(values))
+    unit.search_settings = settings_of(values)
+
+
+def settings_of(values: Sequence[str | None]) -> SearchSettings:
+    """The settings whose stored values (in ``SETTING_FIELDS`` order, or None) are ``values``."""
+    return _settings_of(tuple(values))
 
 
 @cache
@@ -121,7 +128,7 @@ def written(
         return
     current = settings(unit)
     if current.indexing == "sync":
-        unit.backend.write_terms(unit.executor, _entries(current.tokenizer, message_rows, part_rows))
+        unit.backend.write_terms(unit.executor, entries(current, message_rows, part_rows))
         return
     if marked:
         return
@@ -141,7 +148,7 @@ def changed(unit: Unit, /, chat_id: str, from_position: int) -> None:
         return
     unit.backend.delete_terms(unit.executor, [(chat_id, from_position)])
     message_rows, part_rows = _stored_texts(unit, [chat_id], from_position=from_position)
-    unit.backend.write_terms(unit.executor, _entries(current.tokenizer, message_rows, part_rows))
+    unit.backend.write_terms(unit.executor, entries(current, message_rows, part_rows))
 
 
 def _mark(unit: Unit, /, chat_id: str, position: int) -> None:
@@ -153,16 +160,18 @@ def _mark(unit: Unit, /, chat_id: str, position: int) -> None:
     )
 
 
-def _entries(
-    tokenizer: Tokenizer, message_rows: Iterable[Mapping[str, Any]], part_rows: Iterable[Mapping[str, Any]]
+def entries(
+    current: SearchSettings, message_rows: Iterable[Mapping[str, Any]], part_rows: Iterable[Mapping[str, Any]]
 ) -> list[tuple[str, int, list[str]]]:
-    """Each message's (chat id, position, terms), for those with any."""
-    entries = []
+    """The terms of messages' rows under the ``current`` settings: each
+    message's (chat id, position, terms), for those with any."""
+    tokenizer = current.tokenizer
+    found = []
     for (chat_id, position), text in _texts(message_rows, part_rows).items():
         terms = tokenizer.terms(text)
         if terms:
-            entries.append((chat_id, position, terms))
-    return entries
+            found.append((chat_id, position, terms))
+    return found
 
 
 def _texts(
@@ -248,7 +257,7 @@ def index_pending(unit: Unit, /, *, chats_per_batch: int) -> int:
         chat_ids = list(batch)
         unit.backend.delete_terms(unit.executor, list(batch.items()))
         message_rows, part_rows = _stored_texts(unit, chat_ids)
-        unit.backend.write_terms(unit.executor, _entries(current.tokenizer, message_rows, part_rows))
+        unit.backend.write_terms(unit.executor, entries(current, message_rows, part_rows))
         unit.execute(update_rows(chats).where(chats.c.chat_id.in_(chat_ids)).values(search_from=None))
     return len(batch)
 

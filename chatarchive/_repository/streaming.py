@@ -23,7 +23,7 @@ from chatarchive._types import ArchiveText
 
 from . import searching
 from .unit import Unit, now
-from .writes import append, bump, message_data, require_chat, rewrite_message, stored_message
+from .writes import append_messages, bump, message_data, require_chat, rewrite_message, stored_message
 
 __all__ = [
     "append_chunk",
@@ -96,7 +96,7 @@ def record_response(unit: Unit, /, chat_id: str, response: Any) -> list[Message]
         raise InvalidDocument(exc.reason, chat_id=chat_id, field=exc.field) from None
     if not recorded:
         raise InvalidDocument("the response has no output items", chat_id=chat_id, field="output")
-    return append(unit, chat_id, recorded)
+    return append_messages(unit, chat_id, recorded)
 
 
 def _record(unit: Unit, chat_id: str, convert: Callable[[], dict[str, Any]]) -> Message:
@@ -105,7 +105,7 @@ def _record(unit: Unit, chat_id: str, convert: Callable[[], dict[str, Any]]) -> 
         recorded = convert()
     except InvalidDocument as exc:
         raise InvalidDocument(exc.reason, chat_id=chat_id, field=exc.field) from None
-    (message,) = append(unit, chat_id, [recorded])
+    (message,) = append_messages(unit, chat_id, [recorded])
     return message
 
 
@@ -121,7 +121,7 @@ def begin_message(
     message: dict[str, Any] = {"content": "", **fields, "role": role, "completed": False}
     if uid is not None:
         message["uid"] = uid
-    (stored,) = append(unit, chat_id, [message])
+    (stored,) = append_messages(unit, chat_id, [message])
     return stored
 
 

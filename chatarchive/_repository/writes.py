@@ -12,7 +12,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, TypedDict, Unpack
 
-from sqlalchemy import Integer, and_, bindparam, case, func, select, true
+from sqlalchemy import Integer, bindparam, case, func, select, true
 from sqlalchemy import delete as delete_rows
 from sqlalchemy import update as update_rows
 
@@ -26,7 +26,15 @@ from chatarchive._arguments import (
     require_user_id,
     require_version,
 )
-from chatarchive._document import ChatDocument, Feedback, Message, Usage, parse_feedback, parse_messages
+from chatarchive._document import (
+    ChatDocument,
+    Feedback,
+    Limits,
+    Message,
+    Usage,
+    parse_feedback,
+    parse_messages,
+)
 from chatarchive._exceptions import ChatNotFound, ConflictError, InvalidArgument, InvalidDocument, quoted
 from chatarchive._rows import (
     CHAT_ORDERED,
@@ -40,6 +48,7 @@ from chatarchive._rows import (
 from chatarchive._schema import DOCUMENT_ORDER, in_pieces, metadata
 
 from . import searching
+from .appends import adding_values, append_in_one_statement
 from .plans import FaceFacts, Kind, Plan, Step
 from .tree import cut_path_below, message_at, move_path, next_sibling_index, path_positions, remove, subtree
 from .unit import NOBODY, Unit, now, scoped_user
@@ -49,6 +58,7 @@ __all__ = [
     "ChatChanges",
     "add_feedback",
     "append",
+    "append_messages",
     "bump",
     "delete",
     "delete_children",
@@ -182,14 +192,14 @@ def refuse_to_lose_branches(chat_id: str, stored: Mapping[Any, Any]) -> None:
 
 
 def append(
-    unit: Unit,
+    face: FaceFacts,
     /,
     chat_id: str,
     messages: Iterable[Message | Mapping[str, Any]],
     *,
     parent: str | None = None,
     expected_version: int | None = None,
-) -> list[Message]:
+) -> Plan[list[Message]]:
     """Add messages to a chat as a chain, without touching earlier rows: the
     first answers the active leaf (or ``parent``, the uid of any message of
     the chat: a new branch), each next one the one before. The last becomes
@@ -204,7 +214,48 @@ def append(
         InvalidArgument: ``parent`` names no message of the chat.
     """
     optional_text(parent, "parent")
-    return _add(unit, chat_id, messages, expected_version=expected_version, parent=parent)
+    parsed, given = _parsed(chat_id, messages, face.limits)
+    if (
+        parent is None
+        and parsed
+        and face.guesses is not None  # an archive's own transaction, which the statement can be
+        and face.user_id is None  # a user's would first tell row-level security who writes
+        and face.backend.appends_in_one_statement
+    ):
+        stored: list[Message] | None = yield Step(
+            Kind.STATEMENT,
+            partial(
+                append_in_one_statement,
+                chat_id=chat_id,
+                parsed=parsed,
+                given=given,
+                expected_version=expected_version,
+                guesses=face.guesses,
+            ),
+        )
+        if stored is not None:
+            return stored
+    added: list[Message] = yield Step(
+        Kind.WRITE,
+        partial(
+            _add,
+            chat_id=chat_id,
+            parsed=parsed,
+            given=given,
+            expected_version=expected_version,
+            parent=parent,
+        ),
+    )
+    return added
+
+
+def append_messages(
+    unit: Unit, /, chat_id: str, messages: Iterable[Message | Mapping[str, Any]]
+) -> list[Message]:
+    """``append`` as one write in ``unit`` (for the writes that record
+    messages made from API responses)."""
+    parsed, given = _parsed(chat_id, messages, unit.limits)
+    return _add(unit, chat_id, parsed, given, expected_version=None)
 
 
 def regenerate(
@@ -228,7 +279,8 @@ def regenerate(
         InvalidArgument: ``message_uid`` names no message of the chat.
     """
     require_text(message_uid, "message_uid")
-    return _add(unit, chat_id, messages, expected_version=expected_version, sibling_of=message_uid)
+    parsed, given = _parsed(chat_id, messages, unit.limits)
+    return _add(unit, chat_id, parsed, given, expected_version=expected_version, sibling_of=message_uid)
 
 
 def edit(
@@ -258,25 +310,20 @@ def edit(
         edited: dict[str, Any] = {"role": original["role"], "content": content}
         if original["name"] is not None:
             edited["name"] = original["name"]
-        (message,) = _add(unit, chat_id, [edited], expected_version=None, sibling_of=message_uid)
+        parsed, given = _parsed(chat_id, [edited], unit.limits)
+        (message,) = _add(unit, chat_id, parsed, given, expected_version=None, sibling_of=message_uid)
     return message
 
 
-def _add(
-    unit: Unit,
-    /,
-    chat_id: str,
-    messages: Iterable[Message | Mapping[str, Any]],
-    *,
-    expected_version: int | None,
-    parent: str | None = None,
-    sibling_of: str | None = None,
-) -> list[Message]:
-    """Add ``messages`` as a chain under the active leaf, ``parent``, or the
-    parent of ``sibling_of``, and make the last one the active leaf."""
+def _parsed(
+    chat_id: str, messages: Iterable[Message | Mapping[str, Any]], limits: Limits | None
+) -> tuple[list[Message], list[str]]:
+    """Messages to add to a chat, checked, and the uids that came with them
+    (a uid generated here, for a mapping without one, is a new random UUID
+    that no stored message has: only the given ones need looking up)."""
     require_many(messages, "messages", "messages", chat_id=chat_id)
     messages = list(messages)  # read twice: parsed, then for the uids they came with
-    parsed = parse_messages(messages, chat_id=chat_id, limits=unit.limits)
+    parsed = parse_messages(messages, chat_id=chat_id, limits=limits)
     seen: set[str] = set()
     for index, message in enumerate(parsed):
         if message.uid in seen:
@@ -284,16 +331,31 @@ def _add(
                 f"duplicate message uid {message.uid!r}", chat_id=chat_id, message_index=index, field="uid"
             )
         seen.add(message.uid)
-    if not parsed:
-        require_chat(unit, chat_id)
-        return []
-    # A uid generated here (for a mapping without one) is a new random UUID that no
-    # stored message has: only the uids that came with the messages are looked up.
     given = [
         message.uid
         for raw, message in zip(messages, parsed, strict=True)
         if not (isinstance(raw, Mapping) and "uid" not in raw)
     ]
+    return parsed, given
+
+
+def _add(
+    unit: Unit,
+    /,
+    chat_id: str,
+    parsed: list[Message],
+    given: list[str],
+    *,
+    expected_version: int | None,
+    parent: str | None = None,
+    sibling_of: str | None = None,
+) -> list[Message]:
+    """Add ``parsed`` (``_parsed``) as a chain under the active leaf,
+    ``parent``, or the parent of ``sibling_of``, and make the last one the
+    active leaf."""
+    if not parsed:
+        require_chat(unit, chat_id)
+        return []
     moment = now()
     with unit.writing():
         before = bump(unit, chat_id, expected_version, moment, len(parsed))
@@ -811,20 +873,10 @@ def _bump_statements() -> tuple[Any, Any]:
     )
     added = bindparam("added", type_=Integer)
     deferred = func.coalesce(searching.stored_setting("indexing"), "sync") != "sync"
-    first_new = chats.c.message_count
     adding = (
         update_rows(chats)
         .where(chats.c.chat_id == old.c.chat_id)
-        .values(
-            **new_version,
-            message_count=chats.c.message_count + added,
-            active_leaf=chats.c.message_count + added - 1,
-            path_length=chats.c.path_length + added,
-            search_from=case(
-                (and_(deferred, func.coalesce(chats.c.search_from, first_new + 1) > first_new), first_new),
-                else_=chats.c.search_from,
-            ),
-        )
+        .values(**new_version, **adding_values(added, deferred))
         .returning(
             *returned,
             old.c.previous_leaf,

@@ -1,0 +1,238 @@
+"""An append in one statement.
+
+The usual append, a turn added at the end of a chat whose active path ends
+at its last message, is one data-modifying ``WITH`` where the database has
+them (PostgreSQL): it locks the chat's row, checks what the caller expects of
+it, gives it its new version and counts (and, with deferred indexing, its
+mark), and inserts the messages, their parts and tool calls (and, with sync
+indexing, their terms). An archive runs it on its own, without a transaction
+around it, so that the whole append is one round trip to the server.
+
+Whenever a check fails, the statement changes nothing and the append runs as
+the general write (``writes._add``), which raises the precise error or does
+the rarer case: a chat that is not there or not at the expected version, an
+active leaf that is not the last message, a uid the chat already has, or
+search settings other than the ones the terms were computed for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import (
+    Integer,
+    Text,
+    and_,
+    any_,
+    bindparam,
+    case,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    union_all,
+)
+from sqlalchemy import update as update_rows
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.exc import IntegrityError
+
+from chatarchive._backends import Backend
+from chatarchive._document import Message
+from chatarchive._rows import messages_to_rows
+from chatarchive._schema import metadata
+from chatarchive._terms import SearchSettings
+
+from . import searching
+from .unit import Unit, now
+
+__all__ = ["MOST_ROWS", "Guesses", "adding_values", "append_in_one_statement"]
+
+chats = metadata.tables["chats"]
+messages = metadata.tables["messages"]
+content_parts = metadata.tables["content_parts"]
+tool_calls = metadata.tables["tool_calls"]
+
+
+#: The most rows (messages, parts, tool calls) one statement inserts: a
+#: turn's. Larger appends run as the general write, whose statements are the
+#: same whatever their size (this one's SQL is made for each shape).
+MOST_ROWS = 24
+
+
+@dataclass
+class Guesses:
+    """What an archive last saw of its database, for statements that check it
+    before acting on it (never taken on trust)."""
+
+    #: The archive's search settings, which an append computes terms for.
+    search: SearchSettings = field(default_factory=SearchSettings)
+
+
+def adding_values(added: Any, deferred: Any) -> dict[str, Any]:
+    """The chat row's new counts when ``added`` messages come as a chain under
+    its active leaf, and its mark for deferred indexing (when ``deferred``):
+    the first new position, unless an earlier one is marked already."""
+    first_new = chats.c.message_count
+    return {
+        "message_count": chats.c.message_count + added,
+        "active_leaf": chats.c.message_count + added - 1,
+        "path_length": chats.c.path_length + added,
+        "search_from": case(
+            (and_(deferred, func.coalesce(chats.c.search_from, first_new + 1) > first_new), first_new),
+            else_=chats.c.search_from,
+        ),
+    }
+
+
+def append_in_one_statement(
+    unit: Unit,
+    /,
+    chat_id: str,
+    parsed: Sequence[Message],
+    given: Sequence[str],
+    expected_version: int | None,
+    guesses: Guesses,
+) -> list[Message] | None:
+    """Append ``parsed`` (whose uids ``given`` came with them) to the end of
+    the chat in one statement; ``None`` if it changed nothing (a check
+    failed), for the general write to do the append."""
+    guess = guesses.search
+    moment = now()
+    rows = messages_to_rows(chat_id, parsed, first_position=0, now=moment)
+    if len(rows.messages) + len(rows.parts) + len(rows.tool_calls) > MOST_ROWS:
+        return None
+    terms = searching.entries(guess, rows.messages, rows.parts) if guess.indexing == "sync" else []
+    statement = _statement(
+        _Shape(
+            messages=len(rows.messages),
+            parts=len(rows.parts),
+            calls=len(rows.tool_calls),
+            terms=len(terms),
+            sync=guess.indexing == "sync",
+            expected=expected_version is not None,
+            given=bool(given),
+        ),
+        unit.backend,
+    )
+    params: dict[str, Any] = {
+        "chat": chat_id,
+        "moment": moment,
+        "expected": expected_version,
+        "given": list(given),
+    }
+    params |= {"language": guess.language, "cjk": guess.cjk}
+    for prefix, table_rows in (("m", rows.messages), ("p", rows.parts), ("c", rows.tool_calls)):
+        for index, row in enumerate(table_rows):
+            params |= {f"{prefix}{index}_{name}": value for name, value in row.items()}
+    for index, (_, position, message_terms) in enumerate(terms):
+        params |= {f"t{index}_position": position, f"t{index}_terms": unit.backend.terms_value(message_terms)}
+    with unit.writing():
+        try:
+            version, *stored = unit.backend.execute_one(unit.executor, statement, params)
+        except IntegrityError:  # a uid given at the same moment by another append: the general write says so
+            return None
+    if version is None:
+        guesses.search = searching.settings_of(stored)
+        return None
+    return [m if m.created_at else m.model_copy(update={"created_at": moment}) for m in parsed]
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What the statement's SQL depends on: how many rows of each kind, and which checks."""
+
+    messages: int
+    parts: int
+    calls: int
+    terms: int
+    sync: bool
+    expected: bool
+    given: bool
+
+
+_RELATIVE = ("position", "parent_position")
+
+
+@lru_cache(maxsize=64)
+def _statement(shape: _Shape, backend: Backend) -> Any:
+    indexing = func.coalesce(searching.stored_setting("indexing"), SearchSettings().indexing)
+    if shape.sync:  # the terms were computed for these settings
+        settings_hold = and_(
+            indexing == "sync",
+            func.coalesce(searching.stored_setting("language"), SearchSettings().language)
+            == bindparam("language"),
+            func.coalesce(searching.stored_setting("cjk"), SearchSettings().cjk) == bindparam("cjk"),
+        )
+    else:
+        settings_hold = indexing != "sync"
+    checks = [
+        chats.c.chat_id == bindparam("chat"),
+        or_(chats.c.active_leaf == chats.c.message_count - 1, chats.c.message_count == 0),
+        settings_hold,
+    ]
+    if shape.expected:
+        checks.append(chats.c.version == bindparam("expected", type_=Integer))
+    if shape.given:
+        checks.append(
+            ~exists().where(
+                messages.c.chat_id == bindparam("chat"),
+                messages.c.uid == any_(bindparam("given", type_=ARRAY(Text))),
+            )
+        )
+    old = (
+        select(chats.c.chat_id, chats.c.message_count.label("first"), chats.c.active_leaf.label("leaf"))
+        .where(*checks)
+        .with_for_update()
+        .cte("old")
+    )
+    bumped = (
+        update_rows(chats)
+        .where(chats.c.chat_id == old.c.chat_id)
+        .values(
+            version=chats.c.version + 1,
+            updated_at=bindparam("moment"),
+            **adding_values(shape.messages, indexing != "sync"),
+        )
+        .returning(chats.c.version, old.c.first, old.c.leaf)
+        .cte("bumped")
+    )
+
+    def value(table: Any, prefix: str, index: int, column: Any) -> Any:
+        given = bindparam(f"{prefix}{index}_{column.name}", type_=column.type)
+        if table is messages and column.name == "parent_position" and index == 0:
+            return bumped.c.leaf  # the first message answers the active leaf (none: a first root)
+        if column.name == "message_position" or (table is messages and column.name in _RELATIVE):
+            return bumped.c.first + given  # positions in the rows count from the chat's first new message
+        return given
+
+    def rows(table: Any, prefix: str, count: int) -> Any:
+        """An INSERT of ``count`` rows of ``table``."""
+        selects = [
+            select(
+                *(value(table, prefix, index, column).label(column.name) for column in table.columns)
+            ).select_from(bumped)
+            for index in range(count)
+        ]
+        return insert(table).from_select(
+            list(table.columns), union_all(*selects) if count > 1 else selects[0]
+        )
+
+    written = [
+        rows(table, prefix, count).cte(f"written_{prefix}")
+        for table, prefix, count in (
+            (messages, "m", shape.messages),
+            (content_parts, "p", shape.parts),
+            (tool_calls, "c", shape.calls),
+        )
+        if count
+    ]
+    if shape.terms:
+        written.append(backend.insert_terms(bumped.c.first, shape.terms).cte("written_t"))
+    return select(
+        select(bumped.c.version).scalar_subquery(),
+        *(searching.stored_setting(name) for name in searching.SETTING_FIELDS),
+    ).add_cte(*written)
