@@ -14,7 +14,8 @@ from typing import TypeVar
 from sqlalchemy import Connection
 
 from ._arguments import require_at_least_one, require_flag
-from ._exceptions import InvalidArgument, NotSupported, UserScopeError, quoted
+from ._backends.citus import DEFAULT_SHARD_COUNT, Distribution
+from ._exceptions import InvalidArgument, NotSupported, SchemaNotReady, UserScopeError, quoted
 from ._migrations import migrate, problems_of, require_archive_file, require_reachable, revision_of
 from ._repository import searching
 from ._repository.plans import Connected, FaceFacts, Plan
@@ -29,6 +30,8 @@ __all__ = [
     "check",
     "configure_search",
     "current_revision",
+    "distribute",
+    "distribution",
     "downgrade",
     "index_pending",
     "rebuild_search_index",
@@ -37,6 +40,7 @@ __all__ = [
     "search_settings",
     "set_row_level_security",
     "set_search_index",
+    "undistribute",
     "upgrade",
 ]
 
@@ -104,7 +108,53 @@ def check(face: FaceFacts, /) -> Plan[list[str]]:
     if face.url is not None and (missing := face.backend.missing(face.url)) is not None:
         return [missing]
     problems: list[str] = yield Connected(problems_of, schema=False)
+    if not problems:
+        found: Distribution = yield Connected(face.backend.distribution, schema=False)
+        problems.extend(found.problems)
     return problems
+
+
+def distribution(face: FaceFacts, /) -> Plan[Distribution]:
+    """Where the archive's rows are: on one server, or distributed over the
+    workers of a Citus cluster (and how many shards each table has)."""
+    found: Distribution = yield Connected(face.backend.distribution, schema=False)
+    return found
+
+
+def distribute(face: FaceFacts, /, *, shard_count: int = DEFAULT_SHARD_COUNT) -> Plan[Distribution]:
+    """Distribute the archive over the workers of the Citus cluster whose
+    coordinator it is on: every table by ``chat_id``, colocated with
+    ``chats``, in ``shard_count`` shards (a chat's rows all on one worker),
+    ``archive_settings`` copied to every node. Rows already stored move to the
+    workers, in one transaction; writes wait meanwhile. Idempotent: tables
+    distributed already stay as they are. See the scale-out guide.
+
+    Returns:
+        The distribution reached.
+
+    Raises:
+        NotSupported: not a Citus coordinator with workers, or row-level
+            security is on.
+        SchemaNotReady: the archive is not at this version's newest revision.
+    """
+    _archive_wide(face, "distribute")
+    require_at_least_one(shard_count, "shard_count")
+    if (yield Connected(revision_of, schema=False)) != SCHEMA_REVISION:
+        raise SchemaNotReady(
+            "distribute needs the archive at the newest revision: run 'chatarchive db upgrade'"
+        )
+    reached: Distribution = yield Connected(
+        partial(face.backend.distribute, shard_count=shard_count), schema=False, transaction=True
+    )
+    return reached
+
+
+def undistribute(face: FaceFacts, /) -> Plan[Distribution]:
+    """Bring a distributed archive's rows back to the coordinator, as plain
+    tables (``distribute`` undone). Idempotent."""
+    _archive_wide(face, "undistribute")
+    reached: Distribution = yield Connected(face.backend.undistribute, schema=False, transaction=True)
+    return reached
 
 
 def row_level_security(face: FaceFacts, /) -> Plan[bool]:

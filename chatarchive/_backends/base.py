@@ -31,6 +31,8 @@ from chatarchive._schema import SEARCH_TERMS
 from chatarchive._search import SearchFilters, SearchQuery
 from chatarchive._terms import StoredTerms
 
+from .citus import Distribution
+
 __all__ = [
     "AnyEngine",
     "Backend",
@@ -208,6 +210,20 @@ class Backend(ABC):
         """The one row of ``statement`` (a Core statement built once and reused:
         a hot write's), run with ``params``."""
         return tuple(executor.execute(statement, params).one())
+
+    # -- distribution (Citus) --------------------------------------------------------
+
+    def distribution(self, connection: Connection) -> Distribution:
+        """Where the archive's rows are (``citus``)."""
+        return Distribution()
+
+    def distribute(self, connection: Connection, shard_count: int) -> Distribution:
+        """Distribute the archive's tables over Citus workers (``citus``)."""
+        raise NotSupported(f"distribute needs PostgreSQL with Citus; {self.title} has no workers")
+
+    def undistribute(self, connection: Connection) -> Distribution:
+        """Bring a distributed archive's rows back to one server (``citus``)."""
+        return Distribution()
 
     def terms_value(self, terms: Sequence[str]) -> Any:
         """How ``insert_terms`` is given a message's terms (in order)."""

@@ -15,6 +15,7 @@ The only module that imports psycopg. What it does differently from SQLite:
 from __future__ import annotations
 
 import json
+import re
 import struct
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -54,7 +55,13 @@ from sqlalchemy.sql.elements import TextClause
 from sqlalchemy.types import TypeEngine
 
 from chatarchive._document import ChatDocument
-from chatarchive._exceptions import ChatArchiveError, ConflictError, DatabaseError, SchemaNotReady
+from chatarchive._exceptions import (
+    ChatArchiveError,
+    ConflictError,
+    DatabaseError,
+    NotSupported,
+    SchemaNotReady,
+)
 from chatarchive._rows import documents_from_rows
 from chatarchive._schema import DOCUMENT_ORDER, ON_ACTIVE_PATH, SEARCH_TERMS, metadata
 from chatarchive._search import SearchFilters, SearchQuery, typed_candidates
@@ -71,7 +78,9 @@ from chatarchive._types import (
     unescape_value,
 )
 
+from . import citus
 from .base import AnyEngine, Backend, BulkLoad, ExecuteManyWriter, Executor, RowWriter, connection_of
+from .citus import Distribution
 
 __all__ = [
     "PING_AFTER_IDLE",
@@ -123,7 +132,7 @@ class PostgreSQL(Backend):
 
     def set_up(self, engine: Engine, url: URL, options: Mapping[str, Any]) -> None:
         _require_utf8(engine)
-        _iso_dates(engine)
+        _session_settings(engine)
         if not options.get("pool_pre_ping"):
             _ping_idle_connections(engine)
 
@@ -143,7 +152,9 @@ class PostgreSQL(Backend):
             return None
         summary = _summary(error)
         if sqlstate.startswith("23"):
-            constraint = error.diag.constraint_name
+            constraint = _unsharded(
+                error.diag.constraint_name or _named_constraint(error.diag.message_primary)
+            )
             detail = error.diag.message_detail  # "Key (chat_id)=(...) already exists."
             if detail and detail.strip():
                 summary = f"{summary}: {_clipped(detail.strip().splitlines()[0])}"
@@ -317,6 +328,15 @@ class PostgreSQL(Backend):
         assert row is not None
         return row
 
+    def distribution(self, connection: Connection) -> Distribution:
+        return citus.distribution(connection)
+
+    def distribute(self, connection: Connection, shard_count: int) -> Distribution:
+        return citus.distribute(connection, shard_count)
+
+    def undistribute(self, connection: Connection) -> Distribution:
+        return citus.undistribute(connection)
+
     def terms_value(self, terms: Sequence[str]) -> Any:
         return tsvector_literal(terms)
 
@@ -359,6 +379,11 @@ class PostgreSQL(Backend):
         return bool(connection.execute(query, {"tables": _USERS_TABLES}).scalar())
 
     def set_row_level_security(self, connection: Connection, enabled: bool) -> None:
+        if enabled and citus.distribution(connection).distributed:
+            raise NotSupported(
+                "row-level security is not supported on a distributed archive yet: its policies read chats, "
+                "which Citus refuses (chatarchive db undistribute gives them back)"
+            )
         action, force = ("ENABLE", "FORCE") if enabled else ("DISABLE", "NO FORCE")
         for table in _USERS_TABLES:
             connection.execute(text(f"ALTER TABLE {table} {action} ROW LEVEL SECURITY"))
@@ -418,6 +443,35 @@ def _qualified(column: ColumnElement[Any]) -> str:
 # -- engines -------------------------------------------------------------------------------
 
 
+#: The names of the archive's constraints and unique indexes.
+_CONSTRAINTS = frozenset(
+    str(name)
+    for table in metadata.tables.values()
+    for name in (*(item.name for item in table.constraints), *(item.name for item in table.indexes))
+    if name is not None
+)
+_SHARD_SUFFIX = re.compile(r"_\d+$")
+
+
+_CONSTRAINT_IN_MESSAGE = re.compile(r'constraint "([^"]+)"')
+
+
+def _named_constraint(message: str | None) -> str | None:
+    """The constraint an error's message names: a Citus worker's error
+    reaches the coordinator's client without its constraint field."""
+    found = _CONSTRAINT_IN_MESSAGE.search(message or "")
+    return found.group(1) if found else None
+
+
+def _unsharded(name: str | None) -> str | None:
+    """A constraint's name as the archive's schema gives it: a distributed
+    archive reports the shard's copy (``pk_chats_102011``)."""
+    if name is None or name in _CONSTRAINTS:
+        return name
+    bare = _SHARD_SUFFIX.sub("", name)
+    return bare if bare in _CONSTRAINTS else name
+
+
 def _require_utf8(engine: Engine) -> None:
     """Refuse a database that cannot hold any Unicode text, before any use:
     in a LATIN1 database a save failed with the driver's UnicodeEncodeError,
@@ -435,24 +489,28 @@ def _require_utf8(engine: Engine) -> None:
             )
 
 
-def _iso_dates(engine: Engine) -> None:
-    """Make PostgreSQL print dates in ISO format on every connection: psycopg
-    reads no other (a server or role set to ``DateStyle = 'German'``, say,
-    made every read of a timestamp fail). The server's setting is known from
-    the connection's start-up, so connections to ISO servers cost nothing."""
+def _session_settings(engine: Engine) -> None:
+    """Set up every new connection, in one round trip: floats printed exactly
+    (``extra_float_digits = 3``), for a Citus coordinator prints each value it
+    sends a worker, and rounded them to 15 digits where a server or role sets
+    it to 0; dates printed in ISO format, which is all psycopg reads (a server
+    or role set to ``DateStyle = 'German'``, say, made every read of a
+    timestamp fail)."""
 
     @event.listens_for(engine, "connect")
-    def _set_iso(dbapi_connection: Any, _record: Any) -> None:
+    def _set_up(dbapi_connection: Any, _record: Any) -> None:
         # The asyncio driver's connection comes wrapped by SQLAlchemy.
         driver = getattr(dbapi_connection, "driver_connection", dbapi_connection)
+        settings = "SET extra_float_digits = 3"
         style = driver.info.parameter_status("DateStyle") or "ISO"
         if not style.startswith("ISO"):
             order = style.rpartition(",")[2].strip() if "," in style else "MDY"
-            cursor = dbapi_connection.cursor()
-            cursor.execute(f"SET DateStyle = 'ISO, {order}'")
-            cursor.close()
-            if not dbapi_connection.autocommit:
-                dbapi_connection.commit()
+            settings += f"; SET DateStyle = 'ISO, {order}'"
+        cursor = dbapi_connection.cursor()
+        cursor.execute(settings)
+        cursor.close()
+        if not dbapi_connection.autocommit:
+            dbapi_connection.commit()
 
 
 def _ping_idle_connections(engine: Engine) -> None:

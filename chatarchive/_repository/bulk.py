@@ -14,7 +14,6 @@ from functools import partial
 from typing import Any
 
 from sqlalchemy import delete as delete_rows
-from sqlalchemy import select
 
 from chatarchive._backends import BulkLoad
 from chatarchive._exceptions import (
@@ -31,7 +30,7 @@ from . import searching
 from .batches import PreparedBatch, check_save_many, split_by_chat
 from .plans import Docs, FaceFacts, InTransaction, Kind, NextBatch, Plan, Prepare, Step, Together
 from .unit import Unit
-from .writes import CREATE_ATTEMPTS, delete_children, refuse_to_lose_branches
+from .writes import CREATE_ATTEMPTS, delete_children, lock_chats, refuse_to_lose_branches
 
 __all__ = ["OnError", "save_many"]
 
@@ -247,11 +246,16 @@ def _write_documents(unit: Unit, /, documents: Mapping[str, tuple[int, ChatRows]
                 chat_rows.chat["user_id"] = unit.user_id
             elif chat_rows.chat["user_id"] != unit.user_id:
                 raise InvalidDocument(f"user_id must be {unit.user_id!r}", chat_id=chat_id, field="user_id")
-    locked = select(
-        chats.c.chat_id, chats.c.version, chats.c.user_id, chats.c.message_count, chats.c.path_length
-    ).where(chats.c.chat_id.in_(documents))
+    locked = lock_chats(
+        unit,
+        chats.c.chat_id.in_(documents),
+        chats.c.version,
+        chats.c.user_id,
+        chats.c.message_count,
+        chats.c.path_length,
+    )
     stored: dict[str, int] = {}
-    for row in unit.execute(locked.with_for_update()).mappings():
+    for row in locked:
         chat_id = row["chat_id"]
         if unit.user_id is not None and row["user_id"] != unit.user_id:
             raise ChatNotFound(chat_id)

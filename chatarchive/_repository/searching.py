@@ -20,7 +20,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import bindparam, case, func, select
 from sqlalchemy import delete as delete_rows
 from sqlalchemy import update as update_rows
 
@@ -218,6 +218,13 @@ def _stored_texts(
     return [dict(row) for row in message_rows], part_rows
 
 
+_MARKED_CHAT = (
+    select(chats.c.search_from)
+    .where(chats.c.chat_id == bindparam("chat"), chats.c.search_from.is_not(None))
+    .with_for_update(skip_locked=True)
+)
+
+
 def _text_parts(unit: Unit, /, *where: Any, chat_ids: Sequence[str]) -> list[Mapping[str, Any]]:
     """The text parts of ``chat_ids``'s messages (those ``where`` selects), in order."""
     query = (
@@ -244,14 +251,19 @@ def index_pending(unit: Unit, /, *, chats_per_batch: int) -> int:
     if current.indexing == "off":
         return 0
     marked = (
-        select(chats.c.chat_id, chats.c.search_from)
+        select(chats.c.chat_id)
         .where(chats.c.search_from.is_not(None))
         .order_by(chats.c.updated_at, chats.c.chat_id)
         .limit(chats_per_batch)
-        .with_for_update(skip_locked=True)
     )
     with unit.writing():
-        batch = dict(unit.execute(marked).all())
+        # Each chat locked on its own (a distributed archive locks no rows of
+        # several shards in one statement), skipping those a writer holds.
+        batch: dict[str, int] = {}
+        for chat_id in unit.execute(marked).scalars().all():
+            row = unit.execute(_MARKED_CHAT, {"chat": chat_id}).first()
+            if row is not None:
+                batch[chat_id] = row[0]
         if not batch:
             return 0
         chat_ids = list(batch)

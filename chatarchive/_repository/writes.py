@@ -12,7 +12,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, TypedDict, Unpack
 
-from sqlalchemy import Integer, bindparam, case, func, select, true
+from sqlalchemy import Integer, and_, bindparam, case, func, select, true
 from sqlalchemy import delete as delete_rows
 from sqlalchemy import update as update_rows
 
@@ -68,6 +68,7 @@ __all__ = [
     "edit",
     "insert_messages",
     "lock",
+    "lock_chats",
     "message_data",
     "refuse_to_lose_branches",
     "regenerate",
@@ -162,7 +163,9 @@ def save(unit: Unit, /, doc: ChatDocument | Mapping[str, Any], *, expected_versi
                     continue  # another writer created the chat after the lock found none: replace it
             else:
                 delete_children(unit, chats.c.chat_id == doc.chat_id)
-                unit.execute(update_rows(chats).where(chats.c.chat_id == doc.chat_id).values(rows.chat))
+                unit.execute(
+                    update_rows(chats).where(chats.c.chat_id == doc.chat_id).values(written_again(rows.chat))
+                )
             unit.insert(chat_tags, rows.tags)
             insert_messages(unit, rows)
             searching.written(unit, rows.messages, rows.parts, marked=True)
@@ -701,22 +704,24 @@ def _delete_old_chats(unit: Unit, /, cutoff: datetime, user_id: str | None, limi
     user = scoped_user(unit.user_id, user_id)
     if user is NOBODY:
         return 0
-    old = select(chats.c.chat_id).where(chats.c.updated_at < cutoff)
+    old = chats.c.updated_at < cutoff
     if user is not None:
-        old = old.where(chats.c.user_id == user)
-    old = old.order_by(chats.c.updated_at, chats.c.chat_id).with_for_update()
+        old = and_(old, chats.c.user_id == user)
+    candidates = select(chats.c.chat_id).where(old).order_by(chats.c.updated_at, chats.c.chat_id)
     deleted = 0
     with unit.writing():
         # A chunk at a time, so that neither the ids held here nor the
         # statements grow with the number of chats.
         while deleted < limit:
-            chat_ids = list(unit.execute(old.limit(min(_DELETE_CHUNK, limit - deleted))).scalars())
+            chat_ids = list(unit.execute(candidates.limit(min(_DELETE_CHUNK, limit - deleted))).scalars())
             if not chat_ids:
                 break
-            chosen = chats.c.chat_id.in_(chat_ids)
+            # Locked, then checked again: one that an append has just brought past the cutoff stays.
+            locked = [row["chat_id"] for row in lock_chats(unit, and_(chats.c.chat_id.in_(chat_ids), old))]
+            chosen = chats.c.chat_id.in_(locked)
             delete_children(unit, chosen)
             unit.execute(delete_rows(chats).where(chosen))
-            deleted += len(chat_ids)
+            deleted += len(locked)
     return deleted
 
 
@@ -777,11 +782,38 @@ def rewrite_message(
     unit.execute(
         update_rows(messages_table)
         .where(messages_table.c.chat_id == chat_id, messages_table.c.position == position)
-        .values({name: value for name, value in rows.messages[0].items() if name not in in_the_tree})
+        .values(
+            {
+                name: value
+                for name, value in written_again(rows.messages[0]).items()
+                if name not in in_the_tree
+            }
+        )
     )
     if children:
         unit.insert(content_parts, rows.parts)
         unit.insert(tool_calls, rows.tool_calls)
+
+
+def lock_chats(unit: Unit, /, where: Any, *columns: Any) -> list[Mapping[Any, Any]]:
+    """Lock the chats ``where`` selects for this transaction; returns their
+    ``chat_id`` and ``columns``, as locked. An UPDATE that changes nothing
+    where the database has ``UPDATE ... RETURNING``: a distributed archive
+    locks rows of several shards only so (it refuses ``SELECT ... FOR
+    UPDATE`` across shards); ``SELECT ... FOR UPDATE`` elsewhere."""
+    returned = (chats.c.chat_id, *columns)
+    if unit.connection.dialect.update_returning:
+        statement: Any = update_rows(chats).where(where).values(version=chats.c.version).returning(*returned)
+    else:
+        statement = select(*returned).where(where).with_for_update()
+    return list(unit.execute(statement).mappings())
+
+
+def written_again(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row's values for an UPDATE of the row it replaces: all but its
+    ``chat_id``, which stays (a distributed archive refuses any UPDATE that
+    sets the column it is distributed by, even to the same value)."""
+    return {name: value for name, value in row.items() if name != "chat_id"}
 
 
 def _lock_row(unit: Unit, /, chat_id: str) -> Mapping[Any, Any] | None:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import click
 
 from chatarchive._api import ChatArchive
+from chatarchive._backends.citus import DEFAULT_SHARD_COUNT, Distribution
 from chatarchive._migrations import render
 from chatarchive._terms import CJK_MODES, INDEXING_MODES, LANGUAGES, SearchSettings
 
@@ -135,11 +136,50 @@ def db_current() -> None:
 
 @db.command("check")
 def db_check() -> None:
-    """Exit 0 if the database matches this chatarchive, else 1 with the reasons."""
-    problems = archive().check()
+    """Exit 0 if the database matches this chatarchive, else 1 with the reasons.
+
+    On stderr it says where the rows are: on one server, or distributed over
+    a Citus cluster (whose tables must all be as distribute left them).
+    """
+    target = archive()
+    problems = target.check()
     if problems:
         fail("; ".join(problems))
     click.echo("ok")
+    stderr().print(f"the archive is {_described(target.distribution())}")
+
+
+@db.command("distribute")
+@click.option(
+    "--shards",
+    type=click.IntRange(min=1, max=10_000),
+    default=DEFAULT_SHARD_COUNT,
+    show_default=True,
+    help="Shards of each table: a few per core of the workers, to come as well as present.",
+)
+def db_distribute(shards: int) -> None:
+    """Distribute the archive over the workers of its Citus cluster.
+
+    Run on the coordinator, at the newest revision. Every table is distributed
+    by chat_id and colocated with chats (a chat's rows all on one worker);
+    rows already stored move to the workers. Idempotent.
+    """
+    click.echo(_described(archive().distribute(shard_count=shards)))
+
+
+@db.command("undistribute")
+def db_undistribute() -> None:
+    """Bring a distributed archive's rows back to the coordinator, as plain tables."""
+    click.echo(_described(archive().undistribute()))
+
+
+def _described(found: Distribution) -> str:
+    """A distribution, in words."""
+    if not found.distributed:
+        return "on one server" + ("" if found.citus is None else f" (a Citus {found.citus} coordinator)")
+    return (
+        f"distributed over {found.workers} Citus {found.citus} workers, {found.shard_count} shards per table"
+    )
 
 
 @db.command("reindex")

@@ -4,6 +4,12 @@ PostgreSQL comes from ``$CHATARCHIVE_TEST_DATABASE_URL`` (any database on the
 server; the tests create and drop their own, with names no other test or
 worker uses). Without a reachable server the PostgreSQL tests are skipped with
 the reason shown, except when ``$CI`` is set, where that is an error.
+
+A Citus cluster comes from ``$CHATARCHIVE_TEST_CITUS_URL`` (its coordinator)
+and ``$CHATARCHIVE_TEST_CITUS_WORKERS`` (``host:port`` of each worker, as the
+coordinator reaches them); by default those that ``start-cluster.sh`` of
+Citus' bundle starts on this machine. Without one, the Citus tests are
+skipped with the reason shown (an error under ``$CI``, which starts it).
 """
 
 from __future__ import annotations
@@ -72,3 +78,59 @@ def throwaway_database(dialect: str, directory: Path, pg_options: str = "") -> I
     finally:
         with psycopg.connect(libpq(server), autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+DEFAULT_CITUS_URL = "postgresql://postgres@127.0.0.1:5433/postgres"
+DEFAULT_CITUS_WORKERS = "localhost:5434 localhost:5435"
+_citus_problem: str | None = None
+_citus_checked = False
+
+
+def require_citus() -> tuple[URL, list[tuple[str, int]]]:
+    """The coordinator's URL and the workers, or skip (fail under CI) when the cluster does not answer."""
+    global _citus_problem, _citus_checked
+    url = database_url(os.environ.get("CHATARCHIVE_TEST_CITUS_URL") or DEFAULT_CITUS_URL)
+    workers = []
+    for node in (os.environ.get("CHATARCHIVE_TEST_CITUS_WORKERS") or DEFAULT_CITUS_WORKERS).split():
+        host, _, port = node.rpartition(":")
+        workers.append((host, int(port)))
+    if not _citus_checked:
+        _citus_checked = True
+        try:
+            with psycopg.connect(libpq(url), connect_timeout=5) as connection:
+                found = connection.execute(
+                    "SELECT 1 FROM pg_available_extensions WHERE name = 'citus'"
+                ).fetchone()
+            if found is None:
+                _citus_problem = f"the server at {url.render_as_string()} has no citus extension"
+        except psycopg.Error as exc:
+            _citus_problem = f"no Citus coordinator at {url.render_as_string()}: {exc}".strip()
+    if _citus_problem is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{_citus_problem} (CI is set: .ci/run starts a cluster)", pytrace=False)
+        pytest.skip(f"{_citus_problem}; start one with start-cluster.sh of Citus' bundle")
+    return url, workers
+
+
+@contextmanager
+def citus_database() -> Iterator[URL]:
+    """A new database on a Citus cluster's coordinator and workers, with the
+    extension on each and the workers registered; dropped afterwards."""
+    coordinator, workers = require_citus()
+    name = f"chatarchive_test_{uuid.uuid4().hex[:12]}"
+    nodes = [coordinator, *(coordinator.set(host=host, port=port) for host, port in workers)]
+    for node in nodes:
+        with psycopg.connect(libpq(node), autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        with psycopg.connect(libpq(node.set(database=name)), autocommit=True) as connection:
+            connection.execute("CREATE EXTENSION citus")
+    with psycopg.connect(libpq(coordinator.set(database=name)), autocommit=True) as connection:
+        connection.execute("SELECT citus_set_coordinator_host(%s, %s)", (coordinator.host, coordinator.port))
+        for host, port in workers:
+            connection.execute("SELECT citus_add_node(%s, %s)", (host, port))
+    try:
+        yield coordinator.set(database=name)
+    finally:
+        for node in nodes:
+            with psycopg.connect(libpq(node), autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
