@@ -146,6 +146,7 @@ def distribute(face: FaceFacts, /, *, shard_count: int = DEFAULT_SHARD_COUNT) ->
     reached: Distribution = yield Connected(
         partial(face.backend.distribute, shard_count=shard_count), schema=False, transaction=True
     )
+    _seen(face, reached)
     return reached
 
 
@@ -154,7 +155,14 @@ def undistribute(face: FaceFacts, /) -> Plan[Distribution]:
     tables (``distribute`` undone). Idempotent."""
     _archive_wide(face, "undistribute")
     reached: Distribution = yield Connected(face.backend.undistribute, schema=False, transaction=True)
+    _seen(face, reached)
     return reached
+
+
+def _seen(face: FaceFacts, /, reached: Distribution) -> None:
+    """Tell the archive what its writes now run on (``appends.Guesses``)."""
+    if face.guesses is not None:
+        face.guesses.distributed = reached.distributed
 
 
 def row_level_security(face: FaceFacts, /) -> Plan[bool]:

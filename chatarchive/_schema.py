@@ -47,6 +47,7 @@ __all__ = [
     "SettingRow",
     "TagRow",
     "ToolCallRow",
+    "active_path_filter",
     "described_by_models",
     "in_pieces",
     "is_archive_table",
@@ -486,21 +487,32 @@ DOCUMENT_ORDER: dict[Table, tuple[Column[Any], ...]] = dict(
 
 #: Which rows of each child table (alias ``x``) belong to the chat's active
 #: path: the messages on it, and what belongs to them. A chat without branches
-#: (``path_length = message_count``) needs no filter.
+#: (``path_length = message_count``) needs no filter. ``{chat}`` is the chat's
+#: id (``active_path_filter``).
 _ON_PATH_MESSAGE = (
-    "EXISTS (SELECT 1 FROM messages m WHERE m.chat_id = x.chat_id AND m.position = x.message_position "
+    "EXISTS (SELECT 1 FROM messages m WHERE m.chat_id = {chat} AND m.position = x.message_position "
     "AND m.on_path)"
 )
-ON_ACTIVE_PATH: dict[str, str] = {
+_ON_ACTIVE_PATH: dict[str, str] = {
     "messages": "x.on_path",
     "content_parts": _ON_PATH_MESSAGE,
     "tool_calls": _ON_PATH_MESSAGE,
     "message_chunks": _ON_PATH_MESSAGE,
     "feedback": (
-        "(x.message_uid IS NULL OR EXISTS (SELECT 1 FROM messages m WHERE m.chat_id = x.chat_id "
+        "(x.message_uid IS NULL OR EXISTS (SELECT 1 FROM messages m WHERE m.chat_id = {chat} "
         "AND m.uid = x.message_uid AND m.on_path))"
     ),
 }
+#: The tables whose rows ``active_path_filter`` picks.
+ON_ACTIVE_PATH = frozenset(_ON_ACTIVE_PATH)
+
+
+def active_path_filter(table: str, chat: str = "x.chat_id") -> str:
+    """The SQL condition of the rows of ``table`` (alias ``x``) on the chat's
+    active path; ``chat``: the chat's id (a parameter, for a read that names
+    the chat in every part)."""
+    return _ON_ACTIVE_PATH[table].format(chat=chat)
+
 
 #: Ids looked up per statement (see ``in_pieces``).
 IDS_PER_STATEMENT = 10_000

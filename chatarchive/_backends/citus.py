@@ -19,7 +19,14 @@ from sqlalchemy import Connection, text
 from chatarchive._exceptions import NotSupported
 from chatarchive._schema import SEARCH_TERMS, metadata
 
-__all__ = ["DEFAULT_SHARD_COUNT", "Distribution", "distribute", "distribution", "undistribute"]
+__all__ = [
+    "DEFAULT_SHARD_COUNT",
+    "DISTRIBUTION_SETTING",
+    "Distribution",
+    "distribute",
+    "distribution",
+    "undistribute",
+]
 
 #: Shards per distributed table when ``distribute`` is not told otherwise:
 #: Citus' own default, room for a few workers of a few cores each.
@@ -33,7 +40,8 @@ _CHILDREN = [table for table in DISTRIBUTED if table != "chats"]
 #: The row-level security policy of each table that has one (see migration 0003).
 _POLICY = "chatarchive_user"
 _UNSCOPED = "coalesce(current_setting('chatarchive.user_id', true), '') = ''"
-_RECORD = "distribution"
+#: The ``archive_settings`` row that records a distributed archive.
+DISTRIBUTION_SETTING = _RECORD = "distribution"
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ from chatarchive._exceptions import (
     SchemaNotReady,
 )
 from chatarchive._rows import documents_from_rows
-from chatarchive._schema import DOCUMENT_ORDER, ON_ACTIVE_PATH, SEARCH_TERMS, metadata
+from chatarchive._schema import DOCUMENT_ORDER, ON_ACTIVE_PATH, SEARCH_TERMS, active_path_filter, metadata
 from chatarchive._search import SearchFilters, SearchQuery, typed_candidates
 from chatarchive._terms import Phrase, StoredTerms, TsvectorText, tsvector_literal
 from chatarchive._types import (
@@ -676,16 +676,22 @@ def _documents_query(*, scoped: bool, one: bool, whole: bool) -> TextClause:
 
     Unless ``whole``, only the rows of the active path: a chat without
     branches needs no filter, so it costs what it did before chats had any.
+
+    For a single chat every part names its id, so that on a distributed
+    archive the whole read goes to the one worker that holds the chat (Citus
+    sends a correlated subquery to every shard).
     """
+    chat_id = ":chat_id" if one else "x.chat_id"
+    own = "x.chat_id = c.chat_id" + (" AND x.chat_id = :chat_id" if one else "")
     children = []
     for table, order in DOCUMENT_ORDER.items():
         ordering = ", ".join(f"x.{column.name}" for column in order[1:])
         on_path = ""
         if not whole and table.name in ON_ACTIVE_PATH:
-            on_path = f" AND (c.path_length = c.message_count OR {ON_ACTIVE_PATH[table.name]})"
+            on_path = f" AND (c.path_length = c.message_count OR {active_path_filter(table.name, chat_id)})"
         children.append(
             f"(SELECT json_agg(json_build_array({_json_values(table, 'x')}) ORDER BY {ordering}) "
-            f"FROM {table.name} x WHERE x.chat_id = c.chat_id{on_path})"
+            f"FROM {table.name} x WHERE {own}{on_path})"
         )
     wanted = "c.chat_id = :chat_id" if one else "c.chat_id = ANY(:ids)"
     owner = " AND c.user_id = :user_id" if scoped else ""

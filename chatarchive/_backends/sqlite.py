@@ -48,7 +48,14 @@ from chatarchive._exceptions import (
     TransactionInProgress,
 )
 from chatarchive._rows import documents_from_rows
-from chatarchive._schema import DOCUMENT_ORDER, ON_ACTIVE_PATH, SEARCH_TERMS, in_pieces, metadata
+from chatarchive._schema import (
+    DOCUMENT_ORDER,
+    ON_ACTIVE_PATH,
+    SEARCH_TERMS,
+    active_path_filter,
+    in_pieces,
+    metadata,
+)
 from chatarchive._search import SearchFilters, SearchQuery, typed_candidates
 from chatarchive._terms import Phrase, StoredTerms
 from chatarchive._types import ArchiveText
@@ -160,7 +167,7 @@ class SQLite(Backend):
                     select(x).where(x.c.chat_id.in_(ids)).order_by(*(x.c[column.name] for column in order))
                 )
                 if not whole and table.name in ON_ACTIVE_PATH:
-                    query = query.where(text(ON_ACTIVE_PATH[table.name]))
+                    query = query.where(text(active_path_filter(table.name)))
                 for child in executor.execute(query).mappings():
                     children[child["chat_id"]][table].append(child)
         return documents_from_rows(chat_ids, found, children)

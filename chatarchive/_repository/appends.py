@@ -41,6 +41,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
 
 from chatarchive._backends import Backend
+from chatarchive._backends.citus import DISTRIBUTION_SETTING
 from chatarchive._document import Message
 from chatarchive._rows import messages_to_rows
 from chatarchive._schema import metadata
@@ -55,6 +56,7 @@ chats = metadata.tables["chats"]
 messages = metadata.tables["messages"]
 content_parts = metadata.tables["content_parts"]
 tool_calls = metadata.tables["tool_calls"]
+archive_settings = metadata.tables["archive_settings"]
 
 
 #: The most rows (messages, parts, tool calls) one statement inserts: a
@@ -70,6 +72,10 @@ class Guesses:
 
     #: The archive's search settings, which an append computes terms for.
     search: SearchSettings = field(default_factory=SearchSettings)
+    #: Whether the archive is distributed over Citus workers, where the one
+    #: statement is slower than the general write: Citus carries a
+    #: data-modifying ``WITH`` out through the coordinator.
+    distributed: bool = False
 
 
 def adding_values(added: Any, deferred: Any) -> dict[str, Any]:
@@ -132,9 +138,10 @@ def append_in_one_statement(
         params |= {f"t{index}_position": position, f"t{index}_terms": unit.backend.terms_value(message_terms)}
     with unit.writing():
         try:
-            version, *stored = unit.backend.execute_one(unit.executor, statement, params)
+            version, distribution, *stored = unit.backend.execute_one(unit.executor, statement, params)
         except IntegrityError:  # a uid given at the same moment by another append: the general write says so
             return None
+    guesses.distributed = distribution is not None
     if version is None:
         guesses.search = searching.settings_of(stored)
         return None
@@ -191,7 +198,8 @@ def _statement(shape: _Shape, backend: Backend) -> Any:
     )
     bumped = (
         update_rows(chats)
-        .where(chats.c.chat_id == old.c.chat_id)
+        # The chat's id named again: Citus then sends the statement to the chat's shard.
+        .where(chats.c.chat_id == old.c.chat_id, chats.c.chat_id == bindparam("chat"))
         .values(
             version=chats.c.version + 1,
             updated_at=bindparam("moment"),
@@ -232,7 +240,9 @@ def _statement(shape: _Shape, backend: Backend) -> Any:
     ]
     if shape.terms:
         written.append(backend.insert_terms(bumped.c.first, shape.terms).cte("written_t"))
+    distribution = select(archive_settings.c.value).where(archive_settings.c.name == DISTRIBUTION_SETTING)
     return select(
         select(bumped.c.version).scalar_subquery(),
+        distribution.scalar_subquery(),
         *(searching.stored_setting(name) for name in searching.SETTING_FIELDS),
     ).add_cte(*written)

@@ -222,6 +222,7 @@ def append(
         parent is None
         and parsed
         and face.guesses is not None  # an archive's own transaction, which the statement can be
+        and not face.guesses.distributed
         and face.user_id is None  # a user's would first tell row-level security who writes
         and face.backend.appends_in_one_statement
     ):
@@ -907,7 +908,8 @@ def _bump_statements() -> tuple[Any, Any]:
     deferred = func.coalesce(searching.stored_setting("indexing"), "sync") != "sync"
     adding = (
         update_rows(chats)
-        .where(chats.c.chat_id == old.c.chat_id)
+        # The chat's id named again: Citus then sends the whole statement to the chat's shard.
+        .where(chats.c.chat_id == old.c.chat_id, chats.c.chat_id == bindparam("bumped_chat"))
         .values(**new_version, **adding_values(added, deferred))
         .returning(
             *returned,

@@ -36,6 +36,7 @@ from chatarchive._engine import create_engine, database_url
 from chatarchive._rows import ChatRows, document_to_rows
 from chatarchive._schema import SEARCH_TERMS, metadata
 
+from .citus import measure_citus
 from .frameworks import FRAMEWORKS, measure_frameworks
 from .search import measure_search
 from .workload import chatgpt_export, generate_chats, search_terms
@@ -48,6 +49,17 @@ Progress = Callable[[str, int, int], None]  # (phase, done, total)
 _TABLES = [table.name for table in metadata.sorted_tables if table.name != "archive_settings"]
 #: The reference designs' schema and tables (PostgreSQL), dropped after the run.
 _PK_ONLY, _JSONB_DOCS, _JSONB_HISTORY = "bench_pk_only", "bench_jsonb_docs", "bench_jsonb_history"
+
+
+#: The figures ``--citus`` measures on both archives: label -> figure.
+_CITUS_FIGURES = {
+    "save_many": "save_many",
+    "save_many, 2 writers": "save_many_2_writers",
+    "get, median": "get_median_ms",
+    "append, median": "append_median_ms",
+    "list_chats, median": "list_chats_median_ms",
+    "storage": "bytes_per_message",
+}
 
 
 @dataclass
@@ -143,6 +155,16 @@ class BenchReport:
             "search at scale, common / rare words, p50": self.ratio(
                 "scale_search_common_p50_ms", "scale_search_rare_p50_ms"
             ),
+            **{
+                f"Citus / one server: {label}": self.ratio(f"citus_{figure}", f"single_{figure}")
+                for label, figure in _CITUS_FIGURES.items()
+            },
+            "Citus: save_many, 2 writers / 1 writer": self.ratio(
+                "citus_save_many_2_writers", "citus_save_many"
+            ),
+            "one server: save_many, 2 writers / 1 writer": self.ratio(
+                "single_save_many_2_writers", "single_save_many"
+            ),
             "import peak RSS above the baseline / largest chat": self.ratio(
                 "import_peak_above_baseline_mib", "import_largest_chat_mib"
             ),
@@ -182,6 +204,7 @@ def run_bench(
     import_memory: float = 0,
     frameworks: int = 0,
     search: int = 0,
+    citus: str | URL | None = None,
     progress: Progress | None = None,
 ) -> BenchReport:
     """Load and read the synthetic workload; see the module docstring."""
@@ -204,6 +227,7 @@ def run_bench(
                 import_memory=import_memory,
                 frameworks=frameworks,
                 search=search,
+                citus=None if citus is None else database_url(citus),
             )
         finally:
             engine.dispose()
@@ -317,6 +341,7 @@ class _Bench:
         import_memory: float = 0,
         frameworks: int = 0,
         search: int = 0,
+        citus: URL | None = None,
     ) -> BenchReport:
         tool_calls = sum(len(m.get("tool_calls") or ()) for doc in self.docs for m in doc["messages"])
         try:
@@ -335,6 +360,10 @@ class _Bench:
                     measure_frameworks(
                         self.archive, self.engine, self.engine.url, self.docs[:frameworks], self.progress
                     )
+                )
+            if citus is not None and self.postgres:
+                self.figures.update(
+                    measure_citus(self.archive, citus, self.docs, runs=self.runs, progress=self.progress)
                 )
             if search and self.postgres:  # last: it leaves its own workload behind
                 self.figures.update(

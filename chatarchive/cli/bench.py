@@ -61,6 +61,12 @@ __all__ = ["bench"]
     help="Also measure what indexing costs an append (sync, deferred, against a bare insert), the lag of "
     "deferred indexing, and search at MESSAGES messages (PostgreSQL).",
 )
+@click.option(
+    "--citus",
+    metavar="URL",
+    help="Also load and read the workload on an archive distributed over a Citus cluster: URL is an empty "
+    "database of its coordinator, with the citus extension on every node and the workers added (PostgreSQL).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def bench(
     chats: int,
@@ -74,6 +80,7 @@ def bench(
     import_memory: float,
     frameworks: int,
     search: int,
+    citus: str | None,
     as_json: bool,
 ) -> None:
     """Measure ingest, reads, storage and memory against the database's own limits.
@@ -105,6 +112,7 @@ def bench(
             import_memory=import_memory,
             frameworks=frameworks,
             search=search,
+            citus=citus,
             progress=report,
         )
     if as_json:

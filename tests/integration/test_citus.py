@@ -24,6 +24,7 @@ from chatarchive import (
 from chatarchive._backends import database_errors
 from tests.support.commands import invoke
 from tests.support.databases import citus_database, libpq, throwaway_database
+from tests.support.statements import recorded_statements
 
 MOMENT = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
 
@@ -259,3 +260,33 @@ def test_the_asyncio_archive_works_on_a_distributed_archive(citus_url: URL, dist
 
     assert asyncio.run(work())[-1] == {"role": "assistant", "content": "async answer"}
     assert distributed.count_chats() == 5
+
+
+def test_a_read_of_one_chat_goes_to_the_one_worker_that_holds_it(distributed: ChatArchive) -> None:
+    distributed.save(chat("routed", "ann", "one shard"))
+    distributed.regenerate(
+        "routed", "routed-tool", [{"role": "tool", "tool_call_id": "t1", "content": "one band"}]
+    )
+    with recorded_statements(distributed.engine) as statements:
+        document = distributed.get("routed")
+    assert document.messages[-1].content == "one band"
+    (sql, params), *_ = [(sql, params) for sql, params in statements if "json_build_array" in sql]
+    with psycopg.connect(libpq(distributed.url)) as connection:
+        plan = [row[0] for row in connection.execute(f"EXPLAIN {sql}", params).fetchall()]
+    assert "  Task Count: 1" in plan
+
+
+def test_each_statement_of_an_append_goes_to_the_chat_s_worker_alone(distributed: ChatArchive) -> None:
+    distributed.save(chat("turns", "ann", "routed writes"))
+    distributed.append("turns", [{"role": "user", "content": "warm"}])
+    with recorded_statements(distributed.engine) as statements:
+        distributed.append("turns", [{"role": "user", "content": "which worker?"}])
+        distributed.append(
+            "turns", [{"role": "assistant", "content": "that one", "uid": "given"}], expected_version=3
+        )
+    assert distributed.get("turns").messages[-1].uid == "given"
+    with psycopg.connect(libpq(distributed.url)) as connection:
+        for sql, params in statements:
+            plan = [row[0].strip() for row in connection.execute(f"EXPLAIN {sql}", params).fetchall()]
+            tasks = [line for line in plan if line.startswith("Task Count")]
+            assert tasks == ["Task Count: 1"], (sql, plan)

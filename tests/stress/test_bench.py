@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from tests.support.commands import Run
+from chatarchive import ChatArchive
+from tests.support.commands import Run, invoke
+from tests.support.databases import citus_database, throwaway_database
 
 pytestmark = pytest.mark.slow
 
@@ -55,3 +58,34 @@ def test_bench_measures_indexing_and_search_at_scale(run: Run, dialect: str) -> 
     assert figures["scale_terms_bytes_per_message"] > figures["scale_terms_index_bytes_per_message"] > 0
     assert figures["ingest_save_many_deferred"] > 0
     assert figures["ingest_bulk_onto_loaded"] > 0
+
+
+def test_bench_compares_a_distributed_archive_with_one_server(tmp_path: Path) -> None:
+    with citus_database() as citus, throwaway_database("postgresql", tmp_path) as single:
+        target = citus.render_as_string(hide_password=False)
+        args = ("bench", "--chats", "8", "--messages", "6", "--runs", "1", "--citus", target, "--json")
+        report = json.loads(invoke(single.render_as_string(hide_password=False), *args).stdout)
+        with ChatArchive(citus) as left:
+            assert left.count_chats() == 0  # emptied after the run
+            assert left.distribution().shard_count == 32
+    figures, ratios = report["figures"], report["ratios"]
+    for side in ("single", "citus"):
+        for name in (
+            "save_many",
+            "save_many_2_writers",
+            "get_median_ms",
+            "append_median_ms",
+            "list_chats_median_ms",
+        ):
+            assert figures[f"{side}_{name}"] > 0
+        assert figures[f"{side}_bytes_per_message"] > 100  # measured on the workers, not the empty shells
+    for label in (
+        "save_many",
+        "save_many, 2 writers",
+        "get, median",
+        "append, median",
+        "list_chats, median",
+        "storage",
+    ):
+        assert ratios[f"Citus / one server: {label}"] > 0
+    assert ratios["Citus: save_many, 2 writers / 1 writer"] > 0
