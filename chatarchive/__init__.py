@@ -4,6 +4,7 @@ The public API is what this module exports; the modules behind it are private.
 """
 
 from ._api import AsyncChatArchive, AsyncChatRepository, ChatArchive, ChatRepository
+from ._backends.citus import Distribution
 from ._document import (
     ChatDocument,
     ChatFilter,
@@ -68,6 +69,7 @@ __all__ = [
     "ConflictError",
     "ContentPart",
     "DatabaseError",
+    "Distribution",
     "Feedback",
     "InvalidArgument",
     "InvalidDocument",

@@ -41,7 +41,7 @@ _CHILDREN = [table for table in DISTRIBUTED if table != "chats"]
 _POLICY = "chatarchive_user"
 _UNSCOPED = "coalesce(current_setting('chatarchive.user_id', true), '') = ''"
 #: The ``archive_settings`` row that records a distributed archive.
-DISTRIBUTION_SETTING = _RECORD = "distribution"
+DISTRIBUTION_SETTING = "distribution"
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def distribution(connection: Connection) -> Distribution:
     )
     kinds = _kinds(connection)
     recorded = connection.execute(
-        text("SELECT value FROM archive_settings WHERE name = :name"), {"name": _RECORD}
+        text("SELECT value FROM archive_settings WHERE name = :name"), {"name": DISTRIBUTION_SETTING}
     ).scalar()
     distributed = kinds.get("chats") == "h"
     shards = None
@@ -149,7 +149,7 @@ def distribute(connection: Connection, shard_count: int) -> Distribution:
             "INSERT INTO archive_settings (name, value) VALUES (:name, 'citus') "
             "ON CONFLICT (name) DO UPDATE SET value = excluded.value"
         ),
-        {"name": _RECORD},
+        {"name": DISTRIBUTION_SETTING},
     )
     return distribution(connection)
 
@@ -160,7 +160,9 @@ def undistribute(connection: Connection) -> Distribution:
     if current.citus is None:
         return current
     connection.execute(text("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'"))
-    connection.execute(text("DELETE FROM archive_settings WHERE name = :name"), {"name": _RECORD})
+    connection.execute(
+        text("DELETE FROM archive_settings WHERE name = :name"), {"name": DISTRIBUTION_SETTING}
+    )
     kinds = _kinds(connection)
     # Citus makes the tables anew, without their comments (the data dictionary): keep them.
     comments = connection.execute(_COMMENTS, {"tables": DISTRIBUTED + REFERENCE}).scalars().all()
