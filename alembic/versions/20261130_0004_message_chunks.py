@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from alembic import op
+from chatarchive._revision_sql import distribute_new_table, unless_distributed
 
 revision: str = "0004"
 down_revision: str | Sequence[str] | None = "0003"
@@ -19,6 +20,8 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 TEXT = sa.Text()
+FOREIGN_KEY = (["chat_id", "message_position"], ["messages.chat_id", "messages.position"])
+FOREIGN_KEY_NAME = "fk_message_chunks_chat_id_message_position_messages"
 
 
 def upgrade() -> None:
@@ -35,21 +38,34 @@ def upgrade() -> None:
             comment="Null for content text; else the tool call whose arguments this continues.",
         ),
         sa.Column("text", TEXT, nullable=False, comment="The chunk's text."),
-        sa.ForeignKeyConstraint(
-            ["chat_id", "message_position"],
-            ["messages.chat_id", "messages.position"],
-            name=op.f("fk_message_chunks_chat_id_message_position_messages"),
-            ondelete="CASCADE",
-        ),
         sa.PrimaryKeyConstraint("chat_id", "message_position", "position", name=op.f("pk_message_chunks")),
+        *(
+            []
+            if postgres
+            else [sa.ForeignKeyConstraint(*FOREIGN_KEY, name=op.f(FOREIGN_KEY_NAME), ondelete="CASCADE")]
+        ),
         comment="Streamed pieces of messages still being written; folded in when complete.",
     )
     if postgres:
+        # On a distributed archive the table joins the chats' shards before its foreign key.
+        op.execute(distribute_new_table("message_chunks"))
+        op.create_foreign_key(
+            op.f(FOREIGN_KEY_NAME),
+            "message_chunks",
+            "messages",
+            ["chat_id", "message_position"],
+            ["chat_id", "position"],
+            ondelete="CASCADE",
+        )
         rule = (
             "(coalesce(current_setting('chatarchive.user_id', true), '') = '' OR "
             "EXISTS (SELECT 1 FROM chats c WHERE c.chat_id = message_chunks.chat_id))"
         )
-        op.execute(f"CREATE POLICY chatarchive_user ON message_chunks USING {rule} WITH CHECK {rule}")
+        op.execute(
+            unless_distributed(
+                [f"CREATE POLICY chatarchive_user ON message_chunks USING {rule} WITH CHECK {rule}"]
+            )
+        )
 
 
 def downgrade() -> None:

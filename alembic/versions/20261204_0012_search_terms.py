@@ -35,6 +35,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from alembic import context, op
+from chatarchive._revision_sql import distribute_new_table, if_distributed, unless_distributed
 
 revision: str = "0012"
 down_revision: str | Sequence[str] | None = "0011"
@@ -56,16 +57,20 @@ SETTINGS_COMMENT = "The archive's settings (its search configuration), by name."
 PG_TERMS = [
     "CREATE TABLE message_terms ("
     "chat_id text NOT NULL, message_position integer NOT NULL, terms tsvector NOT NULL, "
-    "CONSTRAINT pk_message_terms PRIMARY KEY (chat_id, message_position), "
-    "CONSTRAINT fk_message_terms_chat_id_message_position_messages FOREIGN KEY (chat_id, message_position) "
-    "REFERENCES messages (chat_id, position) ON DELETE CASCADE)",
+    "CONSTRAINT pk_message_terms PRIMARY KEY (chat_id, message_position))",
+    # On a distributed archive the table joins the chats' shards before its foreign key.
+    distribute_new_table("message_terms"),
+    "ALTER TABLE message_terms ADD CONSTRAINT fk_message_terms_chat_id_message_position_messages "
+    "FOREIGN KEY (chat_id, message_position) REFERENCES messages (chat_id, position) ON DELETE CASCADE",
     "CREATE INDEX ix_message_terms_terms ON message_terms USING gin (terms)",
     f"COMMENT ON TABLE message_terms IS '{TERMS_COMMENT}'",
     "COMMENT ON COLUMN message_terms.chat_id IS 'The chat.'",
     "COMMENT ON COLUMN message_terms.message_position IS 'The message''s position in its chat.'",
     "COMMENT ON COLUMN message_terms.terms IS "
     "'The message''s terms with their positions (at most 16,383), as chatarchive splits its text.'",
-    f"CREATE POLICY chatarchive_user ON message_terms USING {TERMS_RULE} WITH CHECK {TERMS_RULE}",
+    unless_distributed(
+        [f"CREATE POLICY chatarchive_user ON message_terms USING {TERMS_RULE} WITH CHECK {TERMS_RULE}"]
+    ),
     # Row-level security is on for all the archive's tables or for none.
     "DO $$ BEGIN IF (SELECT relrowsecurity FROM pg_class WHERE oid = 'messages'::regclass) THEN "
     "ALTER TABLE message_terms ENABLE ROW LEVEL SECURITY; ALTER TABLE message_terms FORCE ROW LEVEL SECURITY; "
@@ -132,6 +137,8 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("name", name=op.f("pk_archive_settings")),
         comment=SETTINGS_COMMENT,
     )
+    if postgres:  # on a distributed archive, a copy on every node
+        op.execute(distribute_new_table("archive_settings", reference=True))
     op.add_column("chats", sa.Column("search_from", sa.Integer(), nullable=True, comment=SEARCH_FROM_COMMENT))
     op.create_index(
         "ix_chats_search_pending",
@@ -147,6 +154,10 @@ def upgrade() -> None:
         for name in PG_OLD:
             op.execute(f"DROP INDEX IF EXISTS {name}")
         op.execute(f"CREATE POLICY chatarchive_user ON archive_settings USING (true) WITH CHECK ({UNSCOPED})")
+        # A distributed archive records it again (see archive_settings above).
+        op.execute(
+            if_distributed(["INSERT INTO archive_settings (name, value) VALUES ('distribution', 'citus')"])
+        )
         for statement in PG_TERMS:
             op.execute(statement)
     else:

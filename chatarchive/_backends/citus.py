@@ -25,6 +25,7 @@ __all__ = [
     "Distribution",
     "distribute",
     "distribution",
+    "prepare_migration",
     "undistribute",
 ]
 
@@ -70,9 +71,14 @@ def distribution(connection: Connection) -> Distribution:
         connection.execute(text("SELECT count(*) FROM citus_get_active_worker_nodes()")).scalar_one()
     )
     kinds = _kinds(connection)
-    recorded = connection.execute(
-        text("SELECT value FROM archive_settings WHERE name = :name"), {"name": DISTRIBUTION_SETTING}
-    ).scalar()
+    existing = _existing(connection)
+    recorded = (
+        connection.execute(
+            text("SELECT value FROM archive_settings WHERE name = :name"), {"name": DISTRIBUTION_SETTING}
+        ).scalar()
+        if "archive_settings" in existing
+        else None
+    )
     distributed = kinds.get("chats") == "h"
     shards = None
     if distributed:
@@ -80,14 +86,14 @@ def distribution(connection: Connection) -> Distribution:
             text("SELECT shard_count FROM citus_tables WHERE table_name = 'chats'::regclass")
         ).scalar()
     problems = []
-    for table in DISTRIBUTED + REFERENCE:
+    for table in existing:  # those of the archive's revision
         wanted = ("h" if table in DISTRIBUTED else "n") if distributed else None
         if kinds.get(table) != wanted:
             state = {"h": "distributed", "n": "a reference table", None: "local"}.get(
                 kinds.get(table), "other"
             )
             problems.append(f"table {table} is {state}, unlike chats")
-    if distributed != (recorded is not None):
+    if distributed != (recorded is not None) and "archive_settings" in existing:  # where it can be recorded
         problems.append(
             "the archive is recorded as distributed but chats is not"
             if recorded is not None
@@ -99,6 +105,30 @@ def distribution(connection: Connection) -> Distribution:
         distributed=distributed,
         shard_count=None if shards is None else int(shards),
         problems=tuple(problems),
+    )
+
+
+def prepare_migration(connection: Connection) -> None:
+    """At the start of a migration's transaction on a distributed archive:
+    statements over all shards one shard at a time (a revision's DDL and its
+    updates in one transaction; Citus refuses parallel ones after DDL), and
+    the ``SET LOCAL`` that follows (the lock timeout) carried to the workers,
+    where the shards' locks are taken."""
+    if _is_distributed(connection):
+        connection.execute(text("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'"))
+        connection.execute(text("SET LOCAL citus.propagate_set_commands TO 'local'"))
+
+
+def _is_distributed(connection: Connection) -> bool:
+    if connection.execute(text("SELECT to_regclass('pg_catalog.pg_dist_partition')")).scalar() is None:
+        return False
+    return bool(
+        connection.execute(
+            text(
+                "SELECT EXISTS (SELECT 1 FROM pg_dist_partition "
+                "WHERE logicalrelid = to_regclass('chats') AND partmethod = 'h')"
+            )
+        ).scalar()
     )
 
 
@@ -189,6 +219,15 @@ _COMMENTS = text(
     "WHERE d.classoid = 'pg_class'::regclass AND c.relname = ANY(:tables) "
     "AND c.relnamespace = to_regnamespace(current_schema())"
 )
+
+
+def _existing(connection: Connection) -> list[str]:
+    """The archive's tables that the database has (an older revision has fewer)."""
+    return [
+        table
+        for table in DISTRIBUTED + REFERENCE
+        if connection.execute(text("SELECT to_regclass(:table)"), {"table": table}).scalar() is not None
+    ]
 
 
 def _kinds(connection: Connection) -> dict[str, str]:

@@ -416,6 +416,7 @@ class PostgreSQL(Backend):
         # Several processes may migrate at once (replicas that each run 'db
         # upgrade' as they start): one at a time, the others then find the work done.
         connection.execute(text("SELECT pg_advisory_xact_lock(hashtext('chatarchive migrations'))"))
+        citus.prepare_migration(connection)
         if lock_timeout is not None:  # only once its turn has come
             connection.execute(text(lock_timeout))
 

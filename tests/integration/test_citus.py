@@ -23,7 +23,7 @@ from chatarchive import (
 )
 from chatarchive._backends import database_errors
 from tests.support.commands import invoke
-from tests.support.databases import citus_database, libpq, throwaway_database
+from tests.support.databases import citus_database, libpq, require_citus, throwaway_database
 from tests.support.statements import recorded_statements
 
 MOMENT = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
@@ -218,9 +218,9 @@ def test_db_check_says_where_the_rows_are_and_what_is_not_as_distribute_left_it(
 
 
 def test_distribute_refuses_what_is_not_a_citus_coordinator_at_the_newest_revision(
-    citus_url: URL, own_archive: tuple[ChatArchive, str]
+    citus_url: URL, pg_archive: tuple[ChatArchive, str]
 ) -> None:
-    archive, _ = own_archive
+    archive, _ = pg_archive
     with pytest.raises(NotSupported, match="distribute needs"):
         archive.distribute()
     with ChatArchive(citus_url) as empty:
@@ -290,3 +290,52 @@ def test_each_statement_of_an_append_goes_to_the_chat_s_worker_alone(distributed
             plan = [row[0].strip() for row in connection.execute(f"EXPLAIN {sql}", params).fetchall()]
             tasks = [line for line in plan if line.startswith("Task Count")]
             assert tasks == ["Task Count: 1"], (sql, plan)
+
+
+def _revisions() -> list[str]:
+    from alembic.script import ScriptDirectory
+
+    from chatarchive._migrations import alembic_config
+
+    script = ScriptDirectory.from_config(alembic_config())
+    return [revision.revision for revision in reversed(list(script.walk_revisions()))]
+
+
+def test_every_revision_migrates_down_and_up_on_a_distributed_archive(distributed: ChatArchive) -> None:
+    """Each revision's downgrade and upgrade run on the distributed tables (a
+    table a revision makes is distributed as it is made) and keep the chats."""
+    distributed.save(chat("kept", "ann", "primer dimers"))
+    before = distributed.get("kept")
+    revisions = _revisions()
+    for revision in reversed(revisions[:-1]):  # down to the first, one at a time
+        distributed.downgrade(revision, lock_timeout=5)
+        assert distributed.distribution().problems == (), revision
+    for revision in revisions[1:]:
+        distributed.upgrade(revision, lock_timeout=5)
+        assert distributed.distribution().problems == (), revision
+    assert distributed.distribution().distributed
+    assert distributed.check() == []
+    assert distributed.get("kept") == before
+    assert [hit.message_uid for hit in distributed.search("条带")] == ["kept-q"]
+
+
+def test_a_migration_s_lock_timeout_holds_on_the_workers(distributed: ChatArchive, citus_url: URL) -> None:
+    """Shards locked on a worker stop the migration after its lock timeout
+    instead of letting it wait there without end."""
+    distributed.save(chat("kept", "ann", "primer dimers"))
+    revisions = _revisions()
+    host, port = require_citus()[1][0]
+    with psycopg.connect(libpq(citus_url.set(host=host, port=port))) as worker:
+        # Were the timeout lost on the way, the locks go after 30 s and the test fails, not hangs.
+        worker.execute("SET idle_in_transaction_session_timeout = '30s'")
+        worker.execute("SET citus.override_table_visibility TO off")  # show the shards
+        worker.execute("SET citus.enable_manual_changes_to_shards TO on")  # and lock them
+        shards = worker.execute(
+            "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname ~ '^(chats|messages|message_terms)_[0-9]+$'"
+        ).fetchall()
+        assert shards
+        for (shard,) in shards:
+            worker.execute(f"LOCK TABLE {shard} IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(ConflictError):
+            distributed.downgrade(revisions[-2], lock_timeout=0.5)
+    assert distributed.current_revision() == revisions[-1]

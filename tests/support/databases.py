@@ -24,9 +24,7 @@ import psycopg
 import pytest
 from sqlalchemy import URL, make_url
 
-from chatarchive import (
-    database_url,
-)
+from chatarchive import ChatArchive, database_url
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -65,9 +63,14 @@ def require_postgresql() -> URL:
 @contextmanager
 def throwaway_database(dialect: str, directory: Path, pg_options: str = "") -> Iterator[URL]:
     """A new, empty database that is dropped afterwards (``pg_options``: more
-    of PostgreSQL's CREATE DATABASE)."""
+    of PostgreSQL's CREATE DATABASE). ``dialect`` ``citus``: one on the Citus
+    cluster, see ``citus_database``."""
     if dialect == "sqlite":
         yield make_url(f"sqlite:///{directory / f'archive-{uuid.uuid4().hex[:8]}.db'}")
+        return
+    if dialect == "citus":
+        with citus_database() as url:
+            yield url
         return
     server = require_postgresql()
     name = f"chatarchive_test_{uuid.uuid4().hex[:12]}"
@@ -119,18 +122,41 @@ def citus_database() -> Iterator[URL]:
     coordinator, workers = require_citus()
     name = f"chatarchive_test_{uuid.uuid4().hex[:12]}"
     nodes = [coordinator, *(coordinator.set(host=host, port=port) for host, port in workers)]
-    for node in nodes:
-        with psycopg.connect(libpq(node), autocommit=True) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
-        with psycopg.connect(libpq(node.set(database=name)), autocommit=True) as connection:
-            connection.execute("CREATE EXTENSION citus")
-    with psycopg.connect(libpq(coordinator.set(database=name)), autocommit=True) as connection:
-        connection.execute("SELECT citus_set_coordinator_host(%s, %s)", (coordinator.host, coordinator.port))
-        for host, port in workers:
-            connection.execute("SELECT citus_add_node(%s, %s)", (host, port))
+    # One at a time across the test processes: registering the workers copies
+    # the roles to them, and two at once collide ("tuple concurrently updated").
+    with psycopg.connect(libpq(coordinator), autocommit=True) as turn:
+        turn.execute("SELECT pg_advisory_lock(hashtext('chatarchive tests: new Citus database'))")
+        for node in nodes:
+            with psycopg.connect(libpq(node), autocommit=True) as admin:
+                admin.execute(f'CREATE DATABASE "{name}"')
+            with psycopg.connect(libpq(node.set(database=name)), autocommit=True) as connection:
+                connection.execute("CREATE EXTENSION citus")
+        with psycopg.connect(libpq(coordinator.set(database=name)), autocommit=True) as connection:
+            connection.execute(
+                "SELECT citus_set_coordinator_host(%s, %s)", (coordinator.host, coordinator.port)
+            )
+            for host, port in workers:
+                connection.execute("SELECT citus_add_node(%s, %s)", (host, port))
     try:
         yield coordinator.set(database=name)
     finally:
         for node in nodes:
             with psycopg.connect(libpq(node), autocommit=True) as admin:
                 admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+#: Shards per table of the tests' distributed archives: few, so that
+#: distributing is quick, and more than the workers, so that chats spread.
+TEST_SHARDS = 4
+
+
+@contextmanager
+def archive_database(kind: str, directory: Path) -> Iterator[URL]:
+    """A new database of ``kind`` (``sqlite``, ``postgresql``, ``citus``)
+    migrated to the newest revision; on Citus, distributed."""
+    with throwaway_database(kind, directory) as url:
+        with ChatArchive(url) as archive:
+            archive.upgrade()
+            if kind == "citus":
+                archive.distribute(shard_count=TEST_SHARDS)
+        yield url
