@@ -133,8 +133,7 @@ def distribute(face: FaceFacts, /, *, shard_count: int = DEFAULT_SHARD_COUNT) ->
         The distribution reached.
 
     Raises:
-        NotSupported: not a Citus coordinator with workers, or row-level
-            security is on.
+        NotSupported: not a Citus coordinator with workers.
         SchemaNotReady: the archive is not at this version's newest revision.
     """
     _archive_wide(face, "distribute")

@@ -60,12 +60,26 @@ class MessageRows:
     parts: list[Row] = field(default_factory=list)
     tool_calls: list[Row] = field(default_factory=list)
 
+    def children(self) -> Iterator[list[Row]]:
+        """The rows of each child table here."""
+        yield from (self.messages, self.parts, self.tool_calls)
+
+    def of_user(self, user_id: str | None) -> None:
+        """Give every child row its chat's user (``chat_user_id``, what row-level security reads)."""
+        for table_rows in self.children():
+            for row in table_rows:
+                row["chat_user_id"] = user_id
+
 
 @dataclass
 class ChatRows(MessageRows):
     chat: Row = field(default_factory=dict)
     tags: list[Row] = field(default_factory=list)
     feedback: list[Row] = field(default_factory=list)
+
+    def children(self) -> Iterator[list[Row]]:
+        yield from super().children()
+        yield from (self.tags, self.feedback)
 
 
 def _given(record: BaseModel) -> Iterator[tuple[str, Any]]:
@@ -146,6 +160,7 @@ def document_to_rows(doc: ChatDocument, *, now: datetime, version: int) -> ChatR
     rows.feedback = [
         feedback_to_row(chat_id, position, item, now=now) for position, item in enumerate(doc.feedback)
     ]
+    rows.of_user(chat["user_id"])
     return rows
 
 
@@ -175,19 +190,21 @@ def messages_to_rows(
     chat_id: str,
     messages: Sequence[Message],
     *,
+    user_id: str | None,
     first_position: int,
     now: datetime,
     parent: int | None = None,
     sibling_index: int = 0,
 ) -> MessageRows:
-    """The rows of messages added to a chat as a chain, on its active path:
-    the first a child of ``parent`` (a position; ``None``: a root), placed
-    ``sibling_index`` among its siblings, and each next one a child of the
-    one before."""
+    """The rows of messages added to a chat of ``user_id``'s as a chain, on
+    its active path: the first a child of ``parent`` (a position; ``None``: a
+    root), placed ``sibling_index`` among its siblings, and each next one a
+    child of the one before."""
     rows = MessageRows()
     _add_messages(rows, chat_id, messages, first_position, now, first_parent=parent)
     if rows.messages:
         rows.messages[0]["sibling_index"] = sibling_index
+    rows.of_user(user_id)
     return rows
 
 
@@ -360,9 +377,13 @@ def _tool_call_row(chat_id: str, message: int, position: int, call: ToolCall) ->
     return row
 
 
-def feedback_to_row(chat_id: str, position: int, item: Feedback, *, now: datetime) -> Row:
+def feedback_to_row(
+    chat_id: str, position: int, item: Feedback, *, now: datetime, user_id: str | None = None
+) -> Row:
+    """The feedback row of ``item``, on a chat of ``user_id``'s."""
     row: Row = {
         "chat_id": chat_id,
+        "chat_user_id": user_id,
         "id": item.id,
         "position": position,
         "created_at": item.created_at or now,

@@ -65,7 +65,7 @@ NAMING_CONVENTION = {
 
 #: The Alembic revision these models correspond to (a test keeps it equal to
 #: the newest migration).
-SCHEMA_REVISION = "0012"
+SCHEMA_REVISION = "0013"
 
 #: chatarchive's own Alembic version table, so that an application using Alembic
 #: for its own tables can share the database.
@@ -178,6 +178,8 @@ class TagRow(Base):
     tag: Mapped[str] = mapped_column(primary_key=True)
     position: Mapped[int]
 
+    chat_user_id: Mapped[str | None]
+
     __table_args__ = (Index(None, "tag"),)
 
 
@@ -213,6 +215,8 @@ class MessageRow(Base):
     parent_position: Mapped[int | None]
     sibling_index: Mapped[int] = mapped_column(server_default=sql_text("0"))
     on_path: Mapped[bool] = mapped_column(Boolean(), server_default=sql_text("true"))
+
+    chat_user_id: Mapped[str | None]
 
     __table_args__ = (
         UniqueConstraint("chat_id", "uid"),
@@ -257,6 +261,8 @@ class ContentPartRow(Base):
     data: Mapped[dict[str, Any] | None]
     ordered_json: Mapped[dict[str, Any] | None] = mapped_column(OrderedJson())
 
+    chat_user_id: Mapped[str | None]
+
     __table_args__ = (
         ForeignKeyConstraint(
             ["chat_id", "message_position"],
@@ -280,6 +286,8 @@ class ToolCallRow(Base):
     arguments: Mapped[str | None]
     data: Mapped[dict[str, Any] | None]
     ordered_json: Mapped[dict[str, Any] | None] = mapped_column(OrderedJson())
+
+    chat_user_id: Mapped[str | None]
 
     __table_args__ = (
         ForeignKeyConstraint(
@@ -308,6 +316,8 @@ class FeedbackRow(Base):
     extra: Mapped[dict[str, Any] | None]
     ordered_json: Mapped[dict[str, Any] | None] = mapped_column(OrderedJson())
 
+    chat_user_id: Mapped[str | None]
+
     __table_args__ = (
         ForeignKeyConstraint(
             ["chat_id", "message_uid"], ["messages.chat_id", "messages.uid"], ondelete="CASCADE"
@@ -326,6 +336,8 @@ class ChunkRow(Base):
     position: Mapped[int] = mapped_column(primary_key=True)
     tool_call_index: Mapped[int | None]
     text: Mapped[str]
+
+    chat_user_id: Mapped[str | None]
 
     __table_args__ = (
         ForeignKeyConstraint(
@@ -360,6 +372,10 @@ TABLE_COMMENTS = {
     "message_chunks": "Streamed pieces of messages still being written; folded in when complete.",
     "archive_settings": "The archive's settings (its search configuration), by name.",
 }
+CHAT_USER_COMMENT = (
+    "The chat's user (chats.user_id), kept in step with it: what row-level security reads "
+    "(a policy cannot look the chat up on a distributed archive)."
+)
 ORDERED_JSON_COMMENT = (
     "The row's JSON values whose key order jsonb would not keep, as given, by column name "
     "(JSON text); null when jsonb keeps every order."
@@ -394,6 +410,7 @@ COLUMN_COMMENTS = {
         "chat_id": "The chat.",
         "tag": "The tag.",
         "position": "The tag's place in the document's list.",
+        "chat_user_id": CHAT_USER_COMMENT,
     },
     "messages": {
         "chat_id": "The chat.",
@@ -419,6 +436,7 @@ COLUMN_COMMENTS = {
             "0-based place among the messages with the same parent; above 0: a regeneration or edit."
         ),
         "on_path": "Whether the message is on the chat's active path (the root-to-active_leaf path).",
+        "chat_user_id": CHAT_USER_COMMENT,
     },
     "content_parts": {
         "chat_id": "The chat.",
@@ -428,6 +446,7 @@ COLUMN_COMMENTS = {
         "text": "The text of text and refusal parts.",
         "data": "The rest of the part (JSON object).",
         "ordered_json": ORDERED_JSON_COMMENT,
+        "chat_user_id": CHAT_USER_COMMENT,
     },
     "tool_calls": {
         "chat_id": "The chat.",
@@ -439,6 +458,7 @@ COLUMN_COMMENTS = {
         "arguments": "The arguments exactly as the model wrote them (custom calls: their input).",
         "data": "Anything else in the call (JSON object).",
         "ordered_json": ORDERED_JSON_COMMENT,
+        "chat_user_id": CHAT_USER_COMMENT,
     },
     "message_chunks": {
         "chat_id": "The chat.",
@@ -446,6 +466,7 @@ COLUMN_COMMENTS = {
         "position": "Order of the chunks.",
         "tool_call_index": "Null for content text; else the tool call whose arguments this continues.",
         "text": "The chunk's text.",
+        "chat_user_id": CHAT_USER_COMMENT,
     },
     "feedback": {
         "chat_id": "The chat.",
@@ -459,6 +480,7 @@ COLUMN_COMMENTS = {
         "created_at": "When the feedback was given.",
         "extra": "The feedback item's unknown keys (JSON object).",
         "ordered_json": ORDERED_JSON_COMMENT,
+        "chat_user_id": CHAT_USER_COMMENT,
     },
 }
 

@@ -1,21 +1,26 @@
-"""Fixtures: every database test runs on SQLite and on a real PostgreSQL server.
+"""Fixtures: every database test runs on SQLite, on a real PostgreSQL server
+and on an archive distributed over a real Citus cluster.
 
 PostgreSQL comes from ``$CHATARCHIVE_TEST_DATABASE_URL`` (any database on the
-server; the tests create and drop their own). Without a reachable server the
-PostgreSQL tests are skipped with the reason shown, except when ``$CI`` is set,
-where that is an error.
+server; the tests create and drop their own), Citus from
+``$CHATARCHIVE_TEST_CITUS_URL`` (see ``tests/support/databases.py``). Without
+a reachable server the tests of that kind are skipped with the reason shown,
+except when ``$CI`` is set, where that is an error. On Citus the archives are
+distributed (in few shards, which routes and fans out like many) and the
+``dialect`` is ``postgresql``: the same expectations hold.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from sqlalchemy import URL, Engine, delete
+from sqlalchemy import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, AsyncTransaction
 from sqlalchemy.orm import Session
 
@@ -26,25 +31,35 @@ from chatarchive import (
     create_async_engine,
     create_engine,
 )
-from chatarchive._schema import metadata
 from tests.support.async_shim import RepositoryShim, SessionShim
+from tests.support.chats import empty_archive
 from tests.support.commands import Run, invoke, spawn
-from tests.support.databases import throwaway_database
+from tests.support.databases import archive_database, throwaway_database
 
-DIALECTS = ("sqlite", "postgresql")
+#: The databases the suite runs on; ``$CHATARCHIVE_TEST_DATABASES`` (a comma-separated list) narrows them.
+KINDS = tuple(
+    kind.strip()
+    for kind in (os.environ.get("CHATARCHIVE_TEST_DATABASES") or "sqlite,postgresql,citus").split(",")
+    if kind.strip()
+)
 
 
-@pytest.fixture(scope="session", params=DIALECTS)
-def dialect(request: pytest.FixtureRequest) -> str:
+@pytest.fixture(scope="session", params=KINDS)
+def database_kind(request: pytest.FixtureRequest) -> str:
+    """Which database the test runs on: SQLite, PostgreSQL, or a distributed archive on Citus."""
     return str(request.param)
 
 
 @pytest.fixture(scope="session")
-def migrated_url(dialect: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[URL]:
-    """A database of the current dialect, migrated to head, shared by the session."""
-    with throwaway_database(dialect, tmp_path_factory.mktemp(dialect)) as url:
-        with ChatArchive(url) as archive:
-            archive.upgrade()
+def dialect(database_kind: str) -> str:
+    return "sqlite" if database_kind == "sqlite" else "postgresql"
+
+
+@pytest.fixture(scope="session")
+def migrated_url(database_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[URL]:
+    """A database of the current kind, migrated to head (and distributed on
+    Citus), shared by the session."""
+    with archive_database(database_kind, tmp_path_factory.mktemp(database_kind)) as url:
         yield url
 
 
@@ -135,14 +150,14 @@ def archive(engine: Engine) -> Iterator[ChatArchive]:
         yield archive
     finally:
         with engine.begin() as connection:
-            for table in reversed(metadata.sorted_tables):
-                connection.execute(delete(table))
+            empty_archive(connection)
 
 
 @pytest.fixture
-def empty_database(dialect: str, tmp_path: Path) -> Iterator[URL]:
-    """A new database with no tables, for migration and CLI tests."""
-    with throwaway_database(dialect, tmp_path) as url:
+def empty_database(database_kind: str, tmp_path: Path) -> Iterator[URL]:
+    """A new database with no tables, for migration and CLI tests (on Citus,
+    with the extension and the workers, nothing distributed yet)."""
+    with throwaway_database(database_kind, tmp_path) as url:
         yield url
 
 
@@ -157,12 +172,11 @@ def pg_archive(tmp_path: Path) -> Iterator[tuple[ChatArchive, str]]:
 
 
 @pytest.fixture
-def own_archive(dialect: str, tmp_path: Path) -> Iterator[tuple[ChatArchive, str]]:
-    """An archive on its own new database of each dialect (a SQLite file that
+def own_archive(database_kind: str, tmp_path: Path) -> Iterator[tuple[ChatArchive, str]]:
+    """An archive on its own new database of each kind (a SQLite file that
     other processes can open), and that database's URL."""
-    with throwaway_database(dialect, tmp_path) as url:
+    with archive_database(database_kind, tmp_path) as url:
         archive = ChatArchive(url)
-        archive.upgrade()
         yield archive, url.render_as_string(hide_password=False)
         archive.close()
 

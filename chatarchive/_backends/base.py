@@ -27,7 +27,7 @@ from sqlalchemy.types import TypeEngine
 
 from chatarchive._document import ChatDocument
 from chatarchive._exceptions import ChatArchiveError, NotSupported
-from chatarchive._schema import SEARCH_TERMS
+from chatarchive._schema import SEARCH_TERMS, metadata
 from chatarchive._search import SearchFilters, SearchQuery
 from chatarchive._terms import StoredTerms
 
@@ -47,6 +47,11 @@ __all__ = [
 #: connection the archive opened.
 Executor = Session | Connection
 AnyEngine = Engine | AsyncEngine
+
+
+#: A message's search terms to store: its chat's id, its position, the terms
+#: in order, and the chat's user (``chat_user_id``).
+TermsEntry = tuple[str, int, Sequence[str], str | None]
 
 
 class RowWriter(Protocol):
@@ -197,9 +202,8 @@ class Backend(ABC):
     # -- search terms ---------------------------------------------------------------------
 
     @abstractmethod
-    def write_terms(self, executor: Executor, entries: Sequence[tuple[str, int, Sequence[str]]]) -> None:
-        """Store the search terms of messages (chat id, position, terms in
-        order) whose rows are written and that have none."""
+    def write_terms(self, executor: Executor, entries: Sequence[TermsEntry]) -> None:
+        """Store the search terms of messages whose rows are written and that have none."""
 
     @abstractmethod
     def delete_terms(self, executor: Executor, starts: Sequence[tuple[str, int]]) -> None:
@@ -225,14 +229,20 @@ class Backend(ABC):
         """Bring a distributed archive's rows back to one server (``citus``)."""
         return Distribution()
 
+    def owned_tables(self) -> list[Any]:
+        """The tables whose rows carry their chat's user (``chat_user_id``),
+        which a change of the chat's user changes too."""
+        return [table for table in metadata.sorted_tables if "chat_user_id" in table.c]
+
     def terms_value(self, terms: Sequence[str]) -> Any:
         """How ``insert_terms`` is given a message's terms (in order)."""
         raise NotImplementedError
 
-    def insert_terms(self, first: ColumnElement[int], count: int) -> Any:
+    def insert_terms(self, first: ColumnElement[int], count: int, user: ColumnElement[Any]) -> Any:
         """The INSERT, to put in a ``WITH``, of ``count`` new messages' terms:
         parameters ``chat``, ``t{i}_position`` (counted from ``first``) and
-        ``t{i}_terms`` (``terms_value``), for ``i`` below ``count``."""
+        ``t{i}_terms`` (``terms_value``), for ``i`` below ``count``; the chat's
+        user is ``user``."""
         raise NotImplementedError
 
     def clear_terms(self, connection: Connection) -> None:

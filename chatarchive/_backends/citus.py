@@ -37,10 +37,6 @@ DEFAULT_SHARD_COUNT = 32
 DISTRIBUTED = [table.name for table in metadata.sorted_tables if "chat_id" in table.c] + [SEARCH_TERMS]
 #: Copied to every node.
 REFERENCE = [table.name for table in metadata.sorted_tables if "chat_id" not in table.c]
-_CHILDREN = [table for table in DISTRIBUTED if table != "chats"]
-#: The row-level security policy of each table that has one (see migration 0003).
-_POLICY = "chatarchive_user"
-_UNSCOPED = "coalesce(current_setting('chatarchive.user_id', true), '') = ''"
 #: The ``archive_settings`` row that records a distributed archive.
 DISTRIBUTION_SETTING = "distribution"
 
@@ -144,23 +140,9 @@ def distribute(connection: Connection, shard_count: int) -> Distribution:
         raise NotSupported(
             "distribute needs a Citus coordinator with workers: none is active (citus_add_node)"
         )
-    secured = connection.execute(
-        text("SELECT bool_or(relrowsecurity) FROM pg_class WHERE relname = ANY(:tables)"),
-        {"tables": DISTRIBUTED},
-    ).scalar()
-    if secured:
-        raise NotSupported(
-            "distribute does not support row-level security yet: its policies read chats, "
-            "which Citus refuses; turn it off first (chatarchive db rls off)"
-        )
     # Rows are copied to the shards one table after another, in this transaction.
     connection.execute(text("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'"))
     kinds = _kinds(connection)
-    # The child tables' policies read chats, which Citus refuses in a policy;
-    # undistribute gives them back. Row-level security stays off meanwhile.
-    for table in _CHILDREN:
-        if table not in kinds:
-            connection.execute(text(f"DROP POLICY IF EXISTS {_POLICY} ON {table}"))
     for table in REFERENCE:
         if table not in kinds:
             connection.execute(text("SELECT create_reference_table(:table)"), {"table": table})
@@ -203,10 +185,6 @@ def undistribute(connection: Connection) -> Distribution:
             connection.execute(text("SELECT undistribute_table(:table)"), {"table": table})
     for comment in comments:
         connection.exec_driver_sql(comment)
-    for table in _CHILDREN:
-        rule = f"({_UNSCOPED} OR EXISTS (SELECT 1 FROM chats c WHERE c.chat_id = {table}.chat_id))"
-        connection.execute(text(f"DROP POLICY IF EXISTS {_POLICY} ON {table}"))
-        connection.execute(text(f"CREATE POLICY {_POLICY} ON {table} USING {rule} WITH CHECK {rule}"))
     return distribution(connection)
 
 

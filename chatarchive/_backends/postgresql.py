@@ -59,7 +59,6 @@ from chatarchive._exceptions import (
     ChatArchiveError,
     ConflictError,
     DatabaseError,
-    NotSupported,
     SchemaNotReady,
 )
 from chatarchive._rows import documents_from_rows
@@ -79,7 +78,16 @@ from chatarchive._types import (
 )
 
 from . import citus
-from .base import AnyEngine, Backend, BulkLoad, ExecuteManyWriter, Executor, RowWriter, connection_of
+from .base import (
+    AnyEngine,
+    Backend,
+    BulkLoad,
+    ExecuteManyWriter,
+    Executor,
+    RowWriter,
+    TermsEntry,
+    connection_of,
+)
 from .citus import Distribution
 
 __all__ = [
@@ -151,7 +159,7 @@ class PostgreSQL(Backend):
         if not isinstance(error, psycopg.Error) or not isinstance(sqlstate, str):
             return None
         summary = _summary(error)
-        if sqlstate.startswith("23"):
+        if sqlstate.startswith("23") or _relayed_violation(sqlstate, error.diag.message_primary):
             constraint = _unsharded(
                 error.diag.constraint_name or _named_constraint(error.diag.message_primary)
             )
@@ -201,7 +209,9 @@ class PostgreSQL(Backend):
     # -- the statements of a unit of work ------------------------------------------------
 
     def set_user(self, executor: Executor, user_id: str) -> None:
-        executor.execute(select(func.set_config("chatarchive.user_id", user_id, True)))
+        # SET LOCAL, not set_config: a Citus coordinator carries a SET to the
+        # workers (see _session_settings), where the shards' policies read it.
+        executor.execute(text(f"SET LOCAL chatarchive.user_id TO {_quoted(user_id)}"))
 
     def load_documents(
         self, executor: Executor, chat_ids: Sequence[str], *, user_id: str | None, whole: bool = False
@@ -281,11 +291,13 @@ class PostgreSQL(Backend):
         ]
         return load
 
-    def write_terms(self, executor: Executor, entries: Sequence[tuple[str, int, Sequence[str]]]) -> None:
+    def write_terms(self, executor: Executor, entries: Sequence[TermsEntry]) -> None:
         """Many messages' terms (a batch, the indexer's) by text COPY through the
         connection's own psycopg connection where it may (see ``row_writer``),
         a few (an append's) by INSERT."""
-        rows = [(chat_id, position, tsvector_literal(terms)) for chat_id, position, terms in entries]
+        rows = [
+            (chat_id, position, tsvector_literal(terms), user) for chat_id, position, terms, user in entries
+        ]
         if not rows:
             return
         connection = connection_of(executor)
@@ -300,14 +312,16 @@ class PostgreSQL(Backend):
                 driver.cursor() as cursor,
                 cursor.copy(_COPY_TERMS) as copy,
             ):
-                for chat_id, position, literal in rows:
-                    copy.write_row((escape_text(chat_id), position, literal))
+                for chat_id, position, literal, user in rows:
+                    copy.write_row(
+                        (escape_text(chat_id), position, literal, None if user is None else escape_text(user))
+                    )
             return
         executor.execute(
             _WRITE_TERMS,
             [
-                {"chat_id": chat_id, "position": position, "terms": literal}
-                for chat_id, position, literal in rows
+                {"chat_id": chat_id, "position": position, "terms": literal, "chat_user_id": user}
+                for chat_id, position, literal, user in rows
             ],
         )
 
@@ -340,12 +354,16 @@ class PostgreSQL(Backend):
     def terms_value(self, terms: Sequence[str]) -> Any:
         return tsvector_literal(terms)
 
-    def insert_terms(self, first: ColumnElement[int], count: int) -> Any:
+    def owned_tables(self) -> list[Any]:
+        return [*super().owned_tables(), _TERMS]
+
+    def insert_terms(self, first: ColumnElement[int], count: int, user: ColumnElement[Any]) -> Any:
         rows = [
             select(
                 bindparam("chat", type_=ArchiveText()),
                 first + bindparam(f"t{index}_position", type_=Integer),
                 sql_cast(bindparam(f"t{index}_terms", type_=Text()), postgresql.TSVECTOR),
+                user,
             )
             for index in range(count)
         ]
@@ -379,11 +397,6 @@ class PostgreSQL(Backend):
         return bool(connection.execute(query, {"tables": _USERS_TABLES}).scalar())
 
     def set_row_level_security(self, connection: Connection, enabled: bool) -> None:
-        if enabled and citus.distribution(connection).distributed:
-            raise NotSupported(
-                "row-level security is not supported on a distributed archive yet: its policies read chats, "
-                "which Citus refuses (chatarchive db undistribute gives them back)"
-            )
         action, force = ("ENABLE", "FORCE") if enabled else ("DISABLE", "NO FORCE")
         for table in _USERS_TABLES:
             connection.execute(text(f"ALTER TABLE {table} {action} ROW LEVEL SECURITY"))
@@ -464,6 +477,13 @@ def _named_constraint(message: str | None) -> str | None:
     return found.group(1) if found else None
 
 
+def _relayed_violation(sqlstate: str, message: str | None) -> bool:
+    """Whether an error is a constraint's violation that a Citus coordinator
+    relays from a worker's COPY: as an internal error (XX000) with the
+    worker's message, not with the violation's own SQLSTATE."""
+    return sqlstate == "XX000" and " violates " in (message or "") and _named_constraint(message) is not None
+
+
 def _unsharded(name: str | None) -> str | None:
     """A constraint's name as the archive's schema gives it: a distributed
     archive reports the shard's copy (``pk_chats_102011``)."""
@@ -490,6 +510,12 @@ def _require_utf8(engine: Engine) -> None:
             )
 
 
+def _quoted(value: str) -> str:
+    """``value`` as a string literal for ``text()``: quotes doubled, colons
+    escaped from bind parameters (SQLAlchemy doubles any percent sign)."""
+    return "'" + value.replace("'", "''").replace(":", "\\:") + "'"
+
+
 def _session_settings(engine: Engine) -> None:
     """Set up every new connection, in one round trip: floats printed exactly
     (``extra_float_digits = 3``), for a Citus coordinator prints each value it
@@ -502,7 +528,12 @@ def _session_settings(engine: Engine) -> None:
     def _set_up(dbapi_connection: Any, _record: Any) -> None:
         # The asyncio driver's connection comes wrapped by SQLAlchemy.
         driver = getattr(dbapi_connection, "driver_connection", dbapi_connection)
-        settings = "SET extra_float_digits = 3"
+        # On a Citus coordinator, a transaction's SET LOCAL (the user row-level
+        # security reads, a lock timeout) reaches the workers too.
+        settings = (
+            "SET extra_float_digits = 3; SELECT set_config('citus.propagate_set_commands', 'local', false) "
+            "WHERE current_setting('citus.propagate_set_commands', true) IS NOT NULL"
+        )
         style = driver.info.parameter_status("DateStyle") or "ISO"
         if not style.startswith("ISO"):
             order = style.rpartition(",")[2].strip() if "," in style else "MDY"
@@ -858,12 +889,14 @@ _TERMS_INDEX = "ix_message_terms_terms"
 #: From this many messages' terms on, ``write_terms`` copies them (COPY's own
 #: round trips cost more than an INSERT's for a few rows).
 _COPIED_TERMS = 20
-_COPY_TERMS = f"COPY {SEARCH_TERMS} (chat_id, message_position, terms) FROM STDIN"
+_COPY_TERMS = f"COPY {SEARCH_TERMS} (chat_id, message_position, terms, chat_user_id) FROM STDIN"
 _WRITE_TERMS = text(
-    f"INSERT INTO {SEARCH_TERMS} (chat_id, message_position, terms) "
-    "VALUES (:chat_id, :position, CAST(:terms AS tsvector))"
-).bindparams(bindparam("chat_id", type_=ArchiveText()))
-_TERMS = light_table(SEARCH_TERMS, column("chat_id"), column("message_position"), column("terms"))
+    f"INSERT INTO {SEARCH_TERMS} (chat_id, message_position, terms, chat_user_id) "
+    "VALUES (:chat_id, :position, CAST(:terms AS tsvector), :chat_user_id)"
+).bindparams(bindparam("chat_id", type_=ArchiveText()), bindparam("chat_user_id", type_=ArchiveText()))
+_TERMS = light_table(
+    SEARCH_TERMS, column("chat_id"), column("message_position"), column("terms"), column("chat_user_id")
+)
 _DELETE_TERMS = text(
     f"DELETE FROM {SEARCH_TERMS} WHERE chat_id = :chat_id AND message_position >= :position"
 ).bindparams(bindparam("chat_id", type_=ArchiveText()))

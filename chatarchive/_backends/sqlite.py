@@ -60,7 +60,7 @@ from chatarchive._search import SearchFilters, SearchQuery, typed_candidates
 from chatarchive._terms import Phrase, StoredTerms
 from chatarchive._types import ArchiveText
 
-from .base import AnyEngine, Backend, ExecuteManyWriter, Executor, RowWriter
+from .base import AnyEngine, Backend, ExecuteManyWriter, Executor, RowWriter, TermsEntry
 
 __all__ = ["SEARCH_TERMS_DDL", "SQLite", "fts5_query"]
 
@@ -181,13 +181,14 @@ class SQLite(Backend):
         executor.execute(insert(_chats), [row])
         return True
 
-    def write_terms(self, executor: Executor, entries: Sequence[tuple[str, int, Sequence[str]]]) -> None:
+    def write_terms(self, executor: Executor, entries: Sequence[TermsEntry]) -> None:
+        # SQLite has no row-level security: its full-text table keeps no user.
         if entries:
             executor.execute(
                 _WRITE_TERMS,
                 [
                     {"chat_id": chat_id, "position": position, "terms": " ".join(terms)}
-                    for chat_id, position, terms in entries
+                    for chat_id, position, terms, _user in entries
                 ],
             )
 

@@ -108,7 +108,7 @@ def append_in_one_statement(
     failed), for the general write to do the append."""
     guess = guesses.search
     moment = now()
-    rows = messages_to_rows(chat_id, parsed, first_position=0, now=moment)
+    rows = messages_to_rows(chat_id, parsed, user_id=None, first_position=0, now=moment)  # the chat's: below
     if len(rows.messages) + len(rows.parts) + len(rows.tool_calls) > MOST_ROWS:
         return None
     terms = searching.entries(guess, rows.messages, rows.parts) if guess.indexing == "sync" else []
@@ -134,7 +134,7 @@ def append_in_one_statement(
     for prefix, table_rows in (("m", rows.messages), ("p", rows.parts), ("c", rows.tool_calls)):
         for index, row in enumerate(table_rows):
             params |= {f"{prefix}{index}_{name}": value for name, value in row.items()}
-    for index, (_, position, message_terms) in enumerate(terms):
+    for index, (_, position, message_terms, _user) in enumerate(terms):
         params |= {f"t{index}_position": position, f"t{index}_terms": unit.backend.terms_value(message_terms)}
     with unit.writing():
         try:
@@ -205,7 +205,7 @@ def _statement(shape: _Shape, backend: Backend) -> Any:
             updated_at=bindparam("moment"),
             **adding_values(shape.messages, indexing != "sync"),
         )
-        .returning(chats.c.version, old.c.first, old.c.leaf)
+        .returning(chats.c.version, chats.c.user_id, old.c.first, old.c.leaf)
         .cte("bumped")
     )
 
@@ -213,6 +213,8 @@ def _statement(shape: _Shape, backend: Backend) -> Any:
         given = bindparam(f"{prefix}{index}_{column.name}", type_=column.type)
         if table is messages and column.name == "parent_position" and index == 0:
             return bumped.c.leaf  # the first message answers the active leaf (none: a first root)
+        if column.name == "chat_user_id":
+            return bumped.c.user_id  # the chat's user, as the chat row has it
         if column.name == "message_position" or (table is messages and column.name in _RELATIVE):
             return bumped.c.first + given  # positions in the rows count from the chat's first new message
         return given
@@ -239,7 +241,7 @@ def _statement(shape: _Shape, backend: Backend) -> Any:
         if count
     ]
     if shape.terms:
-        written.append(backend.insert_terms(bumped.c.first, shape.terms).cte("written_t"))
+        written.append(backend.insert_terms(bumped.c.first, shape.terms, bumped.c.user_id).cte("written_t"))
     distribution = select(archive_settings.c.value).where(archive_settings.c.name == DISTRIBUTION_SETTING)
     return select(
         select(bumped.c.version).scalar_subquery(),

@@ -244,6 +244,7 @@ def _write_documents(unit: Unit, /, documents: Mapping[str, tuple[int, ChatRows]
         for chat_id, (_, chat_rows) in documents.items():
             if chat_rows.chat["user_id"] is None:
                 chat_rows.chat["user_id"] = unit.user_id
+                chat_rows.of_user(unit.user_id)
             elif chat_rows.chat["user_id"] != unit.user_id:
                 raise InvalidDocument(f"user_id must be {unit.user_id!r}", chat_id=chat_id, field="user_id")
     locked = lock_chats(

@@ -24,6 +24,7 @@ from sqlalchemy import bindparam, case, func, select
 from sqlalchemy import delete as delete_rows
 from sqlalchemy import update as update_rows
 
+from chatarchive._backends.base import TermsEntry
 from chatarchive._schema import metadata
 from chatarchive._search import (
     HIGHLIGHT,
@@ -162,22 +163,23 @@ def _mark(unit: Unit, /, chat_id: str, position: int) -> None:
 
 def entries(
     current: SearchSettings, message_rows: Iterable[Mapping[str, Any]], part_rows: Iterable[Mapping[str, Any]]
-) -> list[tuple[str, int, list[str]]]:
+) -> list[TermsEntry]:
     """The terms of messages' rows under the ``current`` settings: each
-    message's (chat id, position, terms), for those with any."""
+    message's (chat id, position, terms, chat's user), for those with any."""
     tokenizer = current.tokenizer
-    found = []
-    for (chat_id, position), text in _texts(message_rows, part_rows).items():
+    found: list[TermsEntry] = []
+    for (chat_id, position), (text, user) in _texts(message_rows, part_rows).items():
         terms = tokenizer.terms(text)
         if terms:
-            found.append((chat_id, position, terms))
+            found.append((chat_id, position, terms, user))
     return found
 
 
 def _texts(
     message_rows: Iterable[Mapping[str, Any]], part_rows: Iterable[Mapping[str, Any]]
-) -> dict[tuple[str, int], str]:
-    """The text of each message: its string content, or its text parts in order, one per line."""
+) -> dict[tuple[str, int], tuple[str, str | None]]:
+    """The text of each message (its string content, or its text parts in
+    order, one per line), and its chat's user."""
     parts: dict[tuple[str, int], list[str]] = {}
     for part in part_rows:
         if part["type"] == "text" and part["text"] is not None:
@@ -187,7 +189,7 @@ def _texts(
         key = (row["chat_id"], row["position"])
         text = row["text"] if row["text"] is not None else "\n".join(parts.get(key, ()))
         if text:
-            texts[key] = text
+            texts[key] = (text, row.get("chat_user_id"))
     return texts
 
 
@@ -207,7 +209,7 @@ def _stored_texts(
         start = part_start = from_position
     message_rows = (
         unit.execute(
-            select(messages.c.chat_id, messages.c.position, messages.c.text).where(
+            select(messages.c.chat_id, messages.c.position, messages.c.text, messages.c.chat_user_id).where(
                 messages.c.chat_id.in_(chat_ids), messages.c.position >= start
             )
         )
@@ -334,7 +336,7 @@ def _texts_of(unit: Unit, /, rows: Sequence[Any]) -> dict[tuple[str, int], str]:
     if missing:
         positions = content_parts.c.message_position.in_(sorted({row.position for row in missing}))
         parts = _text_parts(unit, positions, chat_ids=sorted({row.chat_id for row in missing}))
-    return _texts([row._mapping for row in rows], parts)
+    return {key: text for key, (text, _user) in _texts([row._mapping for row in rows], parts).items()}
 
 
 def search(unit: Unit, /, query: str, filters: SearchFilters, *, limit: int) -> SearchResults:

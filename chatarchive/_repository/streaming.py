@@ -149,7 +149,7 @@ def append_chunk(
     if tool_call_index is not None:
         _check_tool_call_index(unit, chat_id, tool_call_index)
     target = unit.scoped(
-        select(messages.c.chat_id, messages.c.position)
+        select(messages.c.chat_id, messages.c.position, messages.c.chat_user_id)
         .join(chats, chats.c.chat_id == messages.c.chat_id)
         .where(messages.c.chat_id == chat_id, messages.c.uid == message_uid, messages.c.completed.is_(False))
     ).subquery()
@@ -162,13 +162,14 @@ def append_chunk(
         .scalar_subquery()
     )
     statement = insert(message_chunks).from_select(
-        ["chat_id", "message_position", "position", "tool_call_index", "text"],
+        ["chat_id", "message_position", "position", "tool_call_index", "text", "chat_user_id"],
         select(
             target.c.chat_id,
             target.c.position,
             following,
             literal(tool_call_index, Integer()),
             literal(chunk, ArchiveText()),
+            target.c.chat_user_id,
         ),
     )
     # One statement: no savepoint needed, it changes all or nothing.
@@ -236,7 +237,7 @@ def complete_message(unit: Unit, /, chat_id: str, message_uid: str, **fields: An
                 message_chunks.c.chat_id == chat_id, message_chunks.c.message_position == position
             )
         )
-        rewrite_message(unit, chat_id, position, message, moment)
+        rewrite_message(unit, found, message, moment)
         searching.changed(unit, chat_id, position)
     return message
 

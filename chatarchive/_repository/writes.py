@@ -404,7 +404,13 @@ def _add(
                 path_length = move_path(unit, chat_id, attach_to) + len(parsed)
             unit.execute(update_rows(chats).where(chats.c.chat_id == chat_id).values(path_length=path_length))
         rows = messages_to_rows(
-            chat_id, parsed, first_position=count, now=moment, parent=attach_to, sibling_index=sibling_index
+            chat_id,
+            parsed,
+            user_id=before["user_id"],
+            first_position=count,
+            now=moment,
+            parent=attach_to,
+            sibling_index=sibling_index,
         )
         insert_messages(unit, rows)
         searching.written(unit, rows.messages, rows.parts, marked=before.get("search_marked", False))
@@ -450,7 +456,7 @@ def add_feedback(unit: Unit, /, chat_id: str, feedback: Feedback | Mapping[str, 
         .exists()
     )
     with unit.writing():
-        bump(unit, chat_id, None, moment)
+        before = bump(unit, chat_id, None, moment)
         next_position, clashes, message_found = unit.execute(
             select(
                 func.coalesce(func.max(feedback_table.c.position) + 1, 0),
@@ -466,7 +472,10 @@ def add_feedback(unit: Unit, /, chat_id: str, feedback: Feedback | Mapping[str, 
             )
         if clashes:
             raise InvalidDocument(f"duplicate feedback id {parsed.id!r}", chat_id=chat_id, field="id")
-        unit.insert(feedback_table, [feedback_to_row(chat_id, next_position, parsed, now=moment)])
+        unit.insert(
+            feedback_table,
+            [feedback_to_row(chat_id, next_position, parsed, now=moment, user_id=before["user_id"])],
+        )
     return parsed if parsed.created_at else parsed.model_copy(update={"created_at": moment})
 
 
@@ -524,11 +533,18 @@ def update(
         if ordered or any(name in values for name, _ in CHAT_ORDERED):
             kept = {name: value for name, value in ordered.items() if name not in values}
             values["ordered_json"] = {**kept, **(chat_ordered_json(values) or {})} or None
+        user = values["user_id"] if "user_id" in values else current["user_id"]
+        if "user_id" in values and user != current["user_id"]:  # the chat's rows follow it
+            for table in unit.backend.owned_tables():
+                unit.execute(update_rows(table).where(table.c.chat_id == chat_id).values(chat_user_id=user))
         if "tags" in changes:
             unit.execute(delete_rows(chat_tags).where(chat_tags.c.chat_id == chat_id))
             unit.insert(
                 chat_tags,
-                [{"chat_id": chat_id, "tag": tag, "position": i} for i, tag in enumerate(checked.tags)],
+                [
+                    {"chat_id": chat_id, "tag": tag, "position": i, "chat_user_id": user}
+                    for i, tag in enumerate(checked.tags)
+                ],
             )
         return touch(unit, chat_id, current, moment, **values)
 
@@ -579,7 +595,7 @@ def update_message(
             else:
                 data[name] = value.model_dump(mode="json") if isinstance(value, Usage) else value
         message = parse_messages([data], chat_id=chat_id, first_index=position, limits=unit.limits)[0]
-        rewrite_message(unit, chat_id, position, message, moment, children=False)
+        rewrite_message(unit, found, message, moment, children=False)
     return message
 
 
@@ -769,11 +785,14 @@ def message_data(unit: Unit, /, chat_id: str, row: Mapping[Any, Any]) -> dict[st
 
 
 def rewrite_message(
-    unit: Unit, /, chat_id: str, position: int, message: Message, moment: datetime, *, children: bool = True
+    unit: Unit, /, stored: Mapping[Any, Any], message: Message, moment: datetime, *, children: bool = True
 ) -> None:
-    """Write a stored message anew where it is in the tree: its row, and
-    (``children``) its parts and tool calls."""
-    rows = messages_to_rows(chat_id, [message], first_position=position, now=moment)
+    """Write a stored message (``stored``: its row) anew where it is in the
+    tree: its row, and (``children``) its parts and tool calls."""
+    chat_id, position = stored["chat_id"], stored["position"]
+    rows = messages_to_rows(
+        chat_id, [message], user_id=stored["chat_user_id"], first_position=position, now=moment
+    )
     if children:
         for table in (content_parts, tool_calls):
             unit.execute(

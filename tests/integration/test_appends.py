@@ -30,13 +30,16 @@ def _writes(statements: list[tuple[str, Any]]) -> list[str]:
 
 
 def test_a_turn_appended_to_the_end_is_one_statement_on_postgresql(
-    archive: ChatArchive, engine: Engine, dialect: str
+    archive: ChatArchive, engine: Engine, database_kind: str
 ) -> None:
+    """One statement on one PostgreSQL server; the general write elsewhere (a
+    distributed archive's, whose every statement Citus routes to the chat's
+    worker, which it does not do with the one statement)."""
     archive.save({"chat_id": "a", "messages": [{"role": "system", "content": "be brief"}]})
     archive.append("a", TURN[:1])  # the archive learns the search settings
     with recorded_statements(engine) as statements:
         stored = archive.append("a", TURN[1:])
-    if dialect == "postgresql":
+    if database_kind == "postgresql":
         assert len(statements) == 1, statements
         assert statements[0][0].lstrip().startswith("WITH")
     else:

@@ -186,14 +186,13 @@ def test_distribute_moves_stored_chats_records_it_and_is_idempotent(citus_url: U
 
 def test_undistribute_gives_back_one_server_as_the_migrations_made_it(distributed: ChatArchive) -> None:
     distributed.save(chat("kept", "ann", "kept whole"))
-    with pytest.raises(NotSupported, match="row-level security is not supported on a distributed archive"):
-        distributed.set_row_level_security(True)
+    distributed.set_row_level_security(True)  # on while distributed, and kept
     back = distributed.undistribute()
     assert (back.distributed, back.shard_count, back.problems) == (False, None, ())
     assert distributed.undistribute() == back
     assert distributed.check() == []  # comments and all
     assert distributed.get("kept").feedback[0].score == 0.30000000000000004
-    distributed.set_row_level_security(True)
+    assert distributed.row_level_security() is True
     assert distributed.for_user("bob").list_chats().items == []
     assert [s.chat_id for s in distributed.for_user("ann").list_chats().items] == ["kept"]
 
@@ -227,10 +226,11 @@ def test_distribute_refuses_what_is_not_a_citus_coordinator_at_the_newest_revisi
         with pytest.raises(SchemaNotReady, match="newest revision"):
             empty.distribute()
         empty.upgrade()
-        empty.set_row_level_security(True)
-        with pytest.raises(NotSupported, match="row-level security"):
-            empty.distribute()
         assert empty.distribution().distributed is False
+        # Row-level security on before distributing stays on, with its policies, which Citus takes.
+        empty.set_row_level_security(True)
+        assert empty.distribute(shard_count=2).problems == ()
+        assert empty.row_level_security() is True
 
 
 def test_a_unique_violation_names_the_constraint_not_the_shard(distributed: ChatArchive) -> None:

@@ -26,7 +26,7 @@ from chatarchive._rows import ChatRows, document_to_rows
 from chatarchive._schema import metadata
 from chatarchive.bench.workload import generate_chats
 from tests.support.async_shim import in_sync_session
-from tests.support.chats import HOSTILE, SIGNED, UNSORTED, counts, snapshot
+from tests.support.chats import HOSTILE, SIGNED, UNSORTED, counts, empty_archive, snapshot
 from tests.support.strategies import exact
 
 
@@ -59,12 +59,10 @@ def test_save_many_and_bulk_store_the_same_rows_as_save(repo: ChatRepository, se
     for doc in docs:
         repo.save(doc)
     one_by_one = stored_rows(session)
-    for table in reversed(metadata.sorted_tables):
-        session.execute(table.delete())
+    empty_archive(session)
     assert repo.save_many(iter(docs), batch_size=7) == 26
     assert stored_rows(session) == one_by_one
-    for table in reversed(metadata.sorted_tables):
-        session.execute(table.delete())
+    empty_archive(session)
     assert repo.save_many(iter(docs), batch_size=10, bulk=True) == 26
     assert stored_rows(session) == one_by_one
     back = repo.get("odd")
@@ -147,6 +145,7 @@ def part_of_no_message(chat_id: str) -> dict[str, Any]:
         "text": "x",
         "data": None,
         "ordered_json": None,
+        "chat_user_id": None,
     }
 
 
@@ -273,8 +272,7 @@ def test_the_producer_stops_when_the_consumer_fails(repo: ChatRepository) -> Non
 
 def _emptied(engine: Engine) -> None:
     with engine.begin() as connection:
-        for table in reversed(metadata.sorted_tables):
-            connection.execute(table.delete())
+        empty_archive(connection)
 
 
 def _stored(engine: Engine) -> dict[str, list[Any]]:

@@ -64,6 +64,12 @@ def revisions() -> list[str]:
     return [revision.revision for revision in reversed(list(script.walk_revisions()))]
 
 
+def archive_views(engine: Engine) -> set[str]:
+    """The views in the archive's schema, but for the Citus extension's own
+    (``citus_tables``, ``citus_schemas``), which it keeps there too."""
+    return {name for name in inspect(engine).get_view_names() if not name.startswith("citus_")}
+
+
 def test_single_head() -> None:
     assert len(ScriptDirectory.from_config(alembic_config()).get_heads()) == 1
 
@@ -75,7 +81,7 @@ def test_upgrade_from_empty_creates_the_models_tables(empty_database: URL) -> No
         upgrade(engine)
         tables = {name for name in inspect(engine).get_table_names() if not name.startswith(SEARCH_OBJECTS)}
         assert tables == set(metadata.tables) | {VERSION_TABLE}
-        views = set(inspect(engine).get_view_names())
+        views = archive_views(engine)
         assert views == VIEWS
         assert check(engine) == []
     finally:
@@ -95,7 +101,7 @@ def test_down_and_up_through_every_revision(empty_database: URL) -> None:
         downgrade(engine, "base")
         assert current_revision(engine) is None
         assert set(inspect(engine).get_table_names()) <= {VERSION_TABLE}
-        assert inspect(engine).get_view_names() == []
+        assert archive_views(engine) == set()
         upgrade(engine)
         assert check(engine) == []
     finally:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import make_url
+from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
 
@@ -23,7 +25,10 @@ from chatarchive import (
     InvalidDocument,
     analytics,
 )
+from chatarchive._backends import backend_of
+from tests.conftest import KINDS
 from tests.support.chats import tool_chat
+from tests.support.databases import archive_database
 
 
 @pytest.fixture
@@ -154,6 +159,26 @@ def test_a_users_archive_cannot_change_the_schema(
     assert {hit.chat_id for hit in alice.search("42")} == {"alice-1", "alice-2"}
 
 
+@pytest.fixture(params=[kind for kind in KINDS if kind != "sqlite"])
+def pg_archive(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[ChatArchive, str]]:
+    """An archive on its own new database, on one PostgreSQL server and
+    distributed over Citus: row-level security holds on both."""
+    with archive_database(request.param, tmp_path) as url:
+        archive = ChatArchive(url)
+        yield archive, url.render_as_string(hide_password=False)
+        archive.close()
+
+
+def as_user(raw: psycopg.Connection[Any], user_id: str) -> None:
+    """Tell row-level security who the raw connection's transaction is for:
+    ``SET LOCAL``, which a Citus coordinator carries to the workers once told
+    to (``set_config`` reaches the coordinator alone, whose shell tables hold
+    no rows), as chatarchive's own connections do."""
+    if raw.execute("SELECT current_setting('citus.propagate_set_commands', true)").fetchone() != (None,):
+        raw.execute("SET citus.propagate_set_commands TO 'local'")
+    raw.execute(f"SET LOCAL chatarchive.user_id TO '{user_id}'")
+
+
 @pytest.fixture
 def app_role(pg_archive: tuple[ChatArchive, str]) -> Iterator[str]:
     """An ordinary role (superusers bypass row-level security) with the access an app needs."""
@@ -182,8 +207,16 @@ def test_row_level_security_holds_for_raw_sql(pg_archive: tuple[ChatArchive, str
         make_url(url).set(drivername="postgresql", username=app_role).render_as_string(hide_password=False)
     )
     with psycopg.connect(as_app) as raw:
-        raw.execute("SELECT set_config('chatarchive.user_id', 'alice', true)")
-        for table in ("chats", "chat_tags", "messages", "content_parts", "tool_calls", "feedback"):
+        as_user(raw, "alice")
+        for table in (
+            "chats",
+            "chat_tags",
+            "messages",
+            "content_parts",
+            "tool_calls",
+            "feedback",
+            "message_terms",
+        ):
             owners = raw.execute(f"SELECT DISTINCT chat_id FROM {table}").fetchall()
             assert owners in ([], [("alice-1",)]), table
         assert raw.execute("SELECT count(*) FROM messages").fetchone() == (5,)
@@ -235,10 +268,12 @@ def test_a_users_reads_tell_row_level_security_who_reads(
     archive.save(tool_chat("bob-1", user_id="bob"))
     archive.set_row_level_security(True)
     with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as admin:
-        # Stricter than chatarchive's own policy: nothing is visible unless a user is set.
+        # Stricter than chatarchive's own policy: nothing is visible unless a user
+        # is set. (Not as a restrictive policy beside it: Citus 13.2 makes that
+        # permissive on the shards.)
+        admin.execute("DROP POLICY chatarchive_user ON chats")
         admin.execute(
-            "CREATE POLICY only_scoped ON chats AS RESTRICTIVE "
-            "USING (coalesce(current_setting('chatarchive.user_id', true), '') <> '')"
+            "CREATE POLICY only_scoped ON chats USING (user_id = current_setting('chatarchive.user_id', true))"
         )
     as_app = make_url(url).set(username=app_role).render_as_string(hide_password=False)
     with ChatArchive(as_app) as app:
@@ -298,3 +333,43 @@ def test_under_row_level_security_save_many_saves_a_users_chats(
         ("carol-2", "carol", 1),
     }
     assert archive.get("alice-1").title == "nul \x00 and \ue000 kept"
+
+
+def test_every_row_of_a_chat_carries_the_chat_s_user_through_every_write(archive: ChatArchive) -> None:
+    """chat_user_id, which row-level security reads, is the chat's user_id in
+    every child row, whichever write made the row, and follows a change of
+    the chat's user."""
+    archive.save(tool_chat("one", user_id="ann", feedback=[{"id": "f0", "score": 1}], tags=["lab"]))
+    archive.save(tool_chat("one", user_id="ann", title="again"))
+    archive.save_many([tool_chat(f"many-{n}", user_id="bob") for n in range(3)])
+    archive.save_many([tool_chat(f"bulk-{n}", user_id="cy") for n in range(3)], bulk=True)
+    archive.for_user("dee").save_many([tool_chat("scoped-1", user_id=None)])
+    archive.append("one", [{"role": "user", "content": "more primers", "uid": "q2"}])
+    archive.regenerate("one", "q2", [{"role": "user", "content": "other primers", "uid": "q2b"}])
+    streamed = archive.begin_message("one", uid="s1")
+    archive.append_chunk("one", streamed.uid, "streamed ")
+    archive.complete_message("one", streamed.uid)
+    archive.add_feedback("one", {"id": "f1", "message_uid": "q2b", "score": 1})
+    archive.update_message("one", "q2b", model="gpt-5")
+    archive.update("many-1", tags=["moved"], user_id="eve")
+    archive.configure_search(indexing="deferred")
+    archive.append("many-2", [{"role": "user", "content": "later zebra", "uid": "z"}])
+    archive.index_pending()
+    archive.configure_search(indexing="sync")
+    owned = [table.name for table in backend_of(archive.engine).owned_tables()]
+    assert {"messages", "content_parts", "tool_calls", "feedback", "chat_tags", "message_chunks"} <= set(
+        owned
+    )
+    with archive.engine.connect() as connection:
+        for table in owned:
+            wrong = connection.execute(
+                text(
+                    f"SELECT x.chat_id, x.chat_user_id, c.user_id FROM {table} x JOIN chats c "
+                    "ON c.chat_id = x.chat_id WHERE x.chat_user_id IS DISTINCT FROM c.user_id"
+                )
+            ).all()
+            assert wrong == [], table
+        users: dict[str, str | None] = dict(
+            connection.execute(text("SELECT chat_id, user_id FROM chats")).all()
+        )
+    assert (users["many-1"], users["scoped-1"]) == ("eve", "dee")

@@ -16,11 +16,11 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from sqlalchemy import Engine, delete
+from sqlalchemy import Engine
 from sqlalchemy import text as sql_text
 
 from chatarchive import ChatArchive, ChatDocument, ChatNotFound, ChatTree, ConflictError, InvalidDocument
-from chatarchive._schema import metadata
+from tests.support.chats import empty_archive
 from tests.support.strategies import canonical_documents, openai_messages, text
 
 CHAT_IDS = ("a", "b", "c")
@@ -386,8 +386,7 @@ class ArchiveModel(RuleBasedStateMachine):
 def test_every_write_reads_back_as_promised(archive: ChatArchive, engine: Engine) -> None:
     def empty() -> None:
         with engine.begin() as connection:
-            for table in reversed(metadata.sorted_tables):
-                connection.execute(delete(table))
+            empty_archive(connection)
 
     class Machine(ArchiveModel):
         def __init__(self) -> None:

@@ -5,13 +5,24 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import Connection, delete, func, select, text
 from sqlalchemy.orm import Session
 
 from chatarchive import (
     ChatDocument,
 )
+from chatarchive._backends.citus import DISTRIBUTION_SETTING
 from chatarchive._schema import SEARCH_TERMS, metadata
+
+
+def empty_archive(executor: Connection | Session) -> None:
+    """Delete every chat and every setting, but the record that the archive
+    is distributed (on Citus), which is where its rows are, not what they are."""
+    for table in reversed(metadata.sorted_tables):
+        statement = delete(table)
+        if table.name == "archive_settings":
+            statement = statement.where(table.c.name != DISTRIBUTION_SETTING)
+        executor.execute(statement)
 
 
 def counts(session: Session) -> dict[str, int]:

@@ -42,7 +42,7 @@ def while_a_transaction_waits(archive: ChatArchive, first: Any, then: Any) -> An
 def lock_waits(archive: ChatArchive) -> Iterator[Callable[[], None]]:
     """A call that returns once another transaction of the archive waits for a
     lock: on PostgreSQL, once a session of the archive's own database waits
-    for a lock; on SQLite, whose writers queue for the one write lock, once
+    for a lock (on Citus, a session on any node); on SQLite, whose writers queue for the one write lock, once
     another thread has begun a transaction that writes."""
     writing = threading.Event()
     here = threading.get_ident()
@@ -66,10 +66,14 @@ def lock_waits(archive: ChatArchive) -> Iterator[Callable[[], None]]:
 
 def _wait_for_a_postgresql_lock_wait(archive: ChatArchive) -> None:
     with archive.engine.connect() as connection:
+        # On a Citus cluster the rows' locks are the workers': their sessions count.
+        cluster = connection.execute(text("SELECT to_regclass('citus_stat_activity')")).scalar() is not None
+        sessions = "citus_stat_activity" if cluster else "pg_stat_activity"
+        connection.rollback()
         for _ in range(1200):
             waiting = connection.execute(
                 text(
-                    "SELECT count(*) FROM pg_stat_activity "
+                    f"SELECT count(*) FROM {sessions} "
                     "WHERE datname = current_database() AND wait_event_type = 'Lock'"
                 )
             ).scalar_one()
