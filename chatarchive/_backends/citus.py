@@ -25,6 +25,7 @@ __all__ = [
     "Distribution",
     "distribute",
     "distribution",
+    "is_distributed",
     "prepare_migration",
     "undistribute",
 ]
@@ -110,12 +111,13 @@ def prepare_migration(connection: Connection) -> None:
     updates in one transaction; Citus refuses parallel ones after DDL), and
     the ``SET LOCAL`` that follows (the lock timeout) carried to the workers,
     where the shards' locks are taken."""
-    if _is_distributed(connection):
+    if is_distributed(connection):
         connection.execute(text("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'"))
         connection.execute(text("SET LOCAL citus.propagate_set_commands TO 'local'"))
 
 
-def _is_distributed(connection: Connection) -> bool:
+def is_distributed(connection: Connection) -> bool:
+    """Whether Citus is in the database and ``chats`` is one of its distributed tables."""
     if connection.execute(text("SELECT to_regclass('pg_catalog.pg_dist_partition')")).scalar() is None:
         return False
     return bool(

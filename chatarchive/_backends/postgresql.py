@@ -270,7 +270,14 @@ class PostgreSQL(Backend):
         search terms keep their foreign key (deleting a replaced chat's
         messages deletes their terms), and their GIN index unless
         ``terms_index`` is false: rebuilding it would read every term already
-        stored again."""
+        stored again.
+
+        A distributed archive keeps them: dropping and making them again
+        alters every shard, and a failure there, which Citus meets over
+        several connections to a worker, cannot be rolled back to the load's
+        savepoint, which a failed load needs."""
+        if citus.is_distributed(connection_of(executor)):
+            return BulkLoad()
         executor.execute(text(f"LOCK TABLE {', '.join(_USERS_TABLES)} IN ACCESS EXCLUSIVE MODE"))
         tables = {"tables": _TABLES}
         foreign_keys = list(executor.execute(_FOREIGN_KEYS, tables))

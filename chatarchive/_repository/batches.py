@@ -28,6 +28,7 @@ __all__ = [
     "BATCH_BYTES",
     "INPUT_WAIT",
     "MAX_BATCH_SIZE",
+    "PREPARING_THREAD",
     "Batches",
     "PreparedBatch",
     "check_save_many",
@@ -73,6 +74,10 @@ AHEAD = 2
 #: a few chats, a batch of short ones ``batch_size``. At this size a batch is
 #: still thousands of rows, as fast to write as a larger one.
 BATCH_BYTES = 2 * 2**20
+
+
+#: The name of the thread that reads and prepares the next batches.
+PREPARING_THREAD = "chatarchive-prepare"
 
 
 def check_save_many(
@@ -203,7 +208,7 @@ def prepared_batches(
         finally:
             put(_DONE)
 
-    worker = threading.Thread(target=produce, name="chatarchive-prepare", daemon=True)
+    worker = threading.Thread(target=produce, name=PREPARING_THREAD, daemon=True)
     worker.start()
     try:
         yield from _consume(queue, abandoned or threading.Event())

@@ -6,12 +6,13 @@ import errno
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from datetime import datetime
 from itertools import count
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NoReturn
 
 import click
 from rich.progress import (
@@ -28,7 +29,7 @@ from chatarchive import formats
 from chatarchive._document import ChatDocument, ChatFilter
 from chatarchive._exceptions import ChatArchiveError, InvalidDocument
 from chatarchive._jsonio import READ_ERRORS, Record, open_text, read_records, written
-from chatarchive._repository.batches import MAX_BATCH_SIZE, documents_in_flight
+from chatarchive._repository.batches import MAX_BATCH_SIZE, PREPARING_THREAD, documents_in_flight
 from chatarchive.formats import DATASET_FORMATS, EXPORT_FORMATS, IMPORT_FORMATS
 from chatarchive.formats.finetune import Filters, Selection
 
@@ -164,7 +165,7 @@ def import_(
                 "interrupted: the batches written until then are kept; importing the same input again "
                 "replaces them and imports the rest"
             )
-        sys.exit(INTERRUPTED)
+        _exit_interrupted()
     if duplicates:
         shown = "; ".join(f"{chat_id!r} at {first} and {again}" for chat_id, first, again in duplicates[:3])
         more = f"; and {len(duplicates) - 3} more" if len(duplicates) > 3 else ""
@@ -317,3 +318,17 @@ def export(
 
 
 # -- looking around --------------------------------------------------------------
+
+
+def _exit_interrupted() -> NoReturn:
+    """End the interrupted import with status 130. When the thread that reads
+    the input still waits on it (an open pipe with nothing more yet), end the
+    process at once: the interpreter's shutdown would close that input under
+    the thread and abort ("could not acquire lock ... at interpreter
+    shutdown, possibly due to daemon threads", SIGABRT). Nothing is left to
+    clean up by then: the import's transaction has ended."""
+    if any(thread.name == PREPARING_THREAD and thread.is_alive() for thread in threading.enumerate()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(INTERRUPTED)
+    sys.exit(INTERRUPTED)
