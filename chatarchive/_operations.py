@@ -380,6 +380,9 @@ class _Declared(Generic[P, R]):
         signature = inspect.signature(source)
         self._parameters = list(signature.parameters.values())[1:]
         self._returns = signature.return_annotation
+        #: The signature a face's bound call shows, by face class (made once: an
+        #: operation is looked up on every call).
+        self._signatures: dict[type, inspect.Signature] = {}
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.__name__ = name
@@ -417,9 +420,11 @@ class _Declared(Generic[P, R]):
             async def call(*args: Any, **kwargs: Any) -> Any:
                 return await face._run(source(face._facts(), *args, **kwargs))
 
-        return self._named(
-            call, owner, inspect.Signature(self._parameters, return_annotation=self._result(owner))
-        )
+        signature = self._signatures.get(owner)
+        if signature is None:
+            signature = inspect.Signature(self._parameters, return_annotation=self._result(owner))
+            self._signatures[owner] = signature
+        return self._named(call, owner, signature)
 
     def _method(self, owner: type) -> Callable[..., Any]:
         name = self.__name__

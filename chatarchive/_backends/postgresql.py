@@ -614,17 +614,34 @@ def _psycopg_sql(statement: TextClause) -> str:
 @lru_cache(maxsize=64)
 def _prepared(statement: Any, dialect: Dialect) -> tuple[str, dict[str, Any], list[tuple[str, Any]]]:
     """A Core statement as psycopg takes it (``execute_one``): its SQL, the
-    values of the parameters it holds itself (its literals), and the bind
-    processor of each parameter it is given that has one."""
+    values of the parameters it holds itself (its literals: written into the
+    SQL where they are plain integers or words, so that an execution sends
+    and converts only what it is given), and the bind processor of each
+    parameter it is given that has one."""
     compiled = statement.compile(dialect=dialect)
+    sql = str(compiled)
     fixed, processors = {}, []
     for bind, name in compiled.bind_names.items():
         process = bind.type.dialect_impl(dialect).bind_processor(dialect)
         if not bind.required:
-            fixed[name] = bind.value if process is None else process(bind.value)
+            value = bind.value if process is None else process(bind.value)
+            if (written := _plain_literal(value)) is not None:
+                sql = sql.replace(f"%({name})s", written)
+            else:
+                fixed[name] = value
         elif process is not None:
             processors.append((name, process))
-    return str(compiled), fixed, processors
+    return sql, fixed, processors
+
+
+def _plain_literal(value: object) -> str | None:
+    """``value`` as an SQL literal if it is an integer or a word of ASCII
+    letters, digits and underscores (nothing to escape), else None."""
+    if type(value) is int:
+        return str(value)
+    if type(value) is str and value.isascii() and value.replace("_", "a").isalnum():
+        return f"'{value}'"
+    return None
 
 
 def _fetch_all(

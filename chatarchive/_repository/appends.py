@@ -30,10 +30,12 @@ from sqlalchemy import (
     bindparam,
     case,
     exists,
+    false,
     func,
     insert,
     or_,
     select,
+    true,
     union_all,
 )
 from sqlalchemy import update as update_rows
@@ -203,7 +205,8 @@ def _statement(shape: _Shape, backend: Backend) -> Any:
         .values(
             version=chats.c.version + 1,
             updated_at=bindparam("moment"),
-            **adding_values(shape.messages, indexing != "sync"),
+            # The check in "old" holds: marked exactly when the terms were not computed.
+            **adding_values(shape.messages, false() if shape.sync else true()),
         )
         .returning(chats.c.version, chats.c.user_id, old.c.first, old.c.leaf)
         .cte("bumped")
@@ -243,8 +246,10 @@ def _statement(shape: _Shape, backend: Backend) -> Any:
     if shape.terms:
         written.append(backend.insert_terms(bumped.c.first, shape.terms, bumped.c.user_id).cte("written_t"))
     distribution = select(archive_settings.c.value).where(archive_settings.c.name == DISTRIBUTION_SETTING)
+    version = select(bumped.c.version).scalar_subquery()
     return select(
-        select(bumped.c.version).scalar_subquery(),
+        version,
         distribution.scalar_subquery(),
-        *(searching.stored_setting(name) for name in searching.SETTING_FIELDS),
+        # Read only when a check failed: the settings the next append computes terms for.
+        *(case((version.is_(None), searching.stored_setting(name))) for name in searching.SETTING_FIELDS),
     ).add_cte(*written)

@@ -4,6 +4,7 @@ general write for everything else, the same results either way."""
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import pytest
@@ -41,7 +42,16 @@ def test_a_turn_appended_to_the_end_is_one_statement_on_postgresql(
         stored = archive.append("a", TURN[1:])
     if database_kind == "postgresql":
         assert len(statements) == 1, statements
-        assert statements[0][0].lstrip().startswith("WITH")
+        sql = statements[0][0]
+        assert sql.lstrip().startswith("WITH")
+        # The statement's own constants are written into its SQL: an execution
+        # sends only the append's values (the chat, the moment, the settings its
+        # terms were computed with, the rows' fields).
+        sent = set(re.findall(r"%\((\w+)\)s", sql))
+        assert sent
+        assert not {
+            name for name in sent if not re.fullmatch(r"chat|moment|language|cjk|[mpct]\d+_\w+", name)
+        }
     else:
         assert len(_writes(statements)) > 1
     document = archive.get("a")
