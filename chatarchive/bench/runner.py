@@ -134,6 +134,12 @@ class BenchReport:
             "save_many, deferred indexing / save_many, no search index": self.ratio(
                 "ingest_save_many_deferred", "ingest_save_many_no_search_index"
             ),
+            "validating and converting alone / raw COPY (own schema), no search index": self.ratio(
+                "ingest_validate_and_convert", "ingest_raw_copy_own_no_search_index"
+            ),
+            "save_many, deferred indexing / validating and converting alone": self.ratio(
+                "ingest_save_many_deferred", "ingest_validate_and_convert"
+            ),
             "bulk onto a loaded archive / bulk into an empty one": self.ratio(
                 "ingest_bulk_onto_loaded", "ingest_bulk"
             ),
@@ -404,6 +410,8 @@ class _Bench:
             "ingest_save_many": self._time_save_many,
             "ingest_bulk": self._time_bulk,
             "ingest_save_many_asyncio": self._time_async_save_many,
+            # What save_many does in Python before any row reaches the database.
+            "ingest_validate_and_convert": self._time_validate_and_convert,
         }
         if self.postgres:
             rows = self._rows()
@@ -512,6 +520,13 @@ class _Bench:
         self._truncate()
         start = time.perf_counter()
         self.archive.save_many(self.docs, bulk=True)
+        return time.perf_counter() - start
+
+    def _time_validate_and_convert(self) -> float:
+        """The workload validated and converted to rows, as save_many's
+        preparing thread does, with no database."""
+        start = time.perf_counter()
+        self._rows()
         return time.perf_counter() - start
 
     def _rows(self) -> list[ChatRows]:

@@ -573,6 +573,7 @@ def test_bench_reports_every_figure(run: Run, dialect: str) -> None:
         "ingest_save_many",
         "ingest_bulk",
         "ingest_save_many_asyncio",
+        "ingest_validate_and_convert",
         "get_median_ms",
         "append_1000_median_ms",
         "append_1000_branched_median_ms",

@@ -57,6 +57,7 @@ def test_bench_measures_indexing_and_search_at_scale(run: Run, dialect: str) -> 
         assert 0 < figures[f"scale_search_{kind}_p50_ms"] <= figures[f"scale_search_{kind}_p95_ms"]
     assert figures["scale_terms_bytes_per_message"] > figures["scale_terms_index_bytes_per_message"] > 0
     assert figures["ingest_save_many_deferred"] > 0
+    assert figures["ingest_validate_and_convert"] > 0
     assert figures["ingest_bulk_onto_loaded"] > 0
 
 
