@@ -161,6 +161,18 @@ def empty_database(database_kind: str, tmp_path: Path) -> Iterator[URL]:
         yield url
 
 
+@pytest.fixture(params=[kind for kind in KINDS if kind != "sqlite"])
+def server_archive(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[ChatArchive, str]]:
+    """An archive on its own new database, on one PostgreSQL server and
+    distributed over Citus, and that database's URL: for what SQLite, one
+    writer at a time, does not have (row locks held side by side, row-level
+    security)."""
+    with archive_database(request.param, tmp_path) as url:
+        archive = ChatArchive(url)
+        yield archive, url.render_as_string(hide_password=False)
+        archive.close()
+
+
 @pytest.fixture
 def pg_archive(tmp_path: Path) -> Iterator[tuple[ChatArchive, str]]:
     """An archive on its own new PostgreSQL database, and that database's URL."""

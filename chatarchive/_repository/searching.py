@@ -245,10 +245,17 @@ def _text_parts(unit: Unit, /, *where: Any, chat_ids: Sequence[str]) -> list[Map
 # -- indexing marked chats -----------------------------------------------------------------
 
 
+#: How many marked chats an indexer's batch looks at, per chat it takes:
+#: chats that a writer or another indexer holds are passed over, so that up
+#: to this many indexers share the oldest marked chats, each its own.
+CANDIDATES_PER_CHAT = 4
+
+
 def index_pending(unit: Unit, /, *, chats_per_batch: int) -> int:
     """Index the messages of up to ``chats_per_batch`` marked chats, the
     least recently written first, and clear their marks; returns how many
-    chats. Chats that a writer holds are left for the next batch."""
+    chats. Chats that a writer or another indexer holds are left for the
+    next batch."""
     current = settings(unit)
     if current.indexing == "off":
         return 0
@@ -256,16 +263,18 @@ def index_pending(unit: Unit, /, *, chats_per_batch: int) -> int:
         select(chats.c.chat_id)
         .where(chats.c.search_from.is_not(None))
         .order_by(chats.c.updated_at, chats.c.chat_id)
-        .limit(chats_per_batch)
+        .limit(chats_per_batch * CANDIDATES_PER_CHAT)
     )
     with unit.writing():
         # Each chat locked on its own (a distributed archive locks no rows of
-        # several shards in one statement), skipping those a writer holds.
+        # several shards in one statement), skipping those held elsewhere.
         batch: dict[str, int] = {}
         for chat_id in unit.execute(marked).scalars().all():
             row = unit.execute(_MARKED_CHAT, {"chat": chat_id}).first()
             if row is not None:
                 batch[chat_id] = row[0]
+                if len(batch) == chats_per_batch:
+                    break
         if not batch:
             return 0
         chat_ids = list(batch)

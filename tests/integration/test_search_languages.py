@@ -357,6 +357,26 @@ def test_an_indexer_beside_writers_leaves_every_message_searchable(
     assert stored_terms(archive) == now
 
 
+def test_indexers_side_by_side_each_index_chats_the_other_does_not_hold(
+    server_archive: tuple[ChatArchive, str],
+) -> None:
+    """Several ``chatarchive db index --follow`` share one backlog: a batch
+    passes over the marked chats another indexer (or a writer) holds and
+    takes the next ones, rather than finding nothing to do."""
+    archive, _ = server_archive
+    archive.configure_search(indexing="deferred")
+    archive.save_many(
+        {"chat_id": f"c{n:02}", "messages": [{"role": "user", "content": f"条带 {n}"}]} for n in range(12)
+    )
+    with archive.engine.connect() as other_indexer:
+        for chat_id in ("c00", "c01", "c02"):  # the oldest marked chats, one lock each (as on Citus)
+            other_indexer.execute(text("SELECT 1 FROM chats WHERE chat_id = :c FOR UPDATE"), {"c": chat_id})
+        assert archive.index_pending(batch_size=3, limit=3) == 3
+        assert sorted(hit.chat_id for hit in archive.search("条带")) == ["c03", "c04", "c05"]
+    assert archive.index_pending() == 9
+    assert archive.search("条带", limit=20).fresh
+
+
 def test_many_messages_terms_keep_a_chat_id_that_needs_escaping(archive: ChatArchive) -> None:
     # PostgreSQL copies a batch's terms; the chat id is stored escaped, as in every other table.
     chat_id = "tab\there\ue000private"

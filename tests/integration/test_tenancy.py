@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -26,9 +25,7 @@ from chatarchive import (
     analytics,
 )
 from chatarchive._backends import backend_of
-from tests.conftest import KINDS
 from tests.support.chats import tool_chat
-from tests.support.databases import archive_database
 
 
 @pytest.fixture
@@ -159,16 +156,6 @@ def test_a_users_archive_cannot_change_the_schema(
     assert {hit.chat_id for hit in alice.search("42")} == {"alice-1", "alice-2"}
 
 
-@pytest.fixture(params=[kind for kind in KINDS if kind != "sqlite"])
-def pg_archive(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[ChatArchive, str]]:
-    """An archive on its own new database, on one PostgreSQL server and
-    distributed over Citus: row-level security holds on both."""
-    with archive_database(request.param, tmp_path) as url:
-        archive = ChatArchive(url)
-        yield archive, url.render_as_string(hide_password=False)
-        archive.close()
-
-
 def as_user(raw: psycopg.Connection[Any], user_id: str) -> None:
     """Tell row-level security who the raw connection's transaction is for:
     ``SET LOCAL``, which a Citus coordinator carries to the workers once told
@@ -180,9 +167,9 @@ def as_user(raw: psycopg.Connection[Any], user_id: str) -> None:
 
 
 @pytest.fixture
-def app_role(pg_archive: tuple[ChatArchive, str]) -> Iterator[str]:
+def app_role(server_archive: tuple[ChatArchive, str]) -> Iterator[str]:
     """An ordinary role (superusers bypass row-level security) with the access an app needs."""
-    _, url = pg_archive
+    _, url = server_archive
     role = f"chatarchive_app_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as admin:
         admin.execute(f"CREATE ROLE {role} LOGIN")
@@ -196,8 +183,8 @@ def app_role(pg_archive: tuple[ChatArchive, str]) -> Iterator[str]:
             admin.execute(f"DROP ROLE {role}")
 
 
-def test_row_level_security_holds_for_raw_sql(pg_archive: tuple[ChatArchive, str], app_role: str) -> None:
-    archive, url = pg_archive
+def test_row_level_security_holds_for_raw_sql(server_archive: tuple[ChatArchive, str], app_role: str) -> None:
+    archive, url = server_archive
     archive.save(tool_chat("alice-1", user_id="alice"))
     archive.save(tool_chat("bob-1", user_id="bob"))
     assert archive.row_level_security() is False
@@ -239,12 +226,12 @@ def test_row_level_security_holds_for_raw_sql(pg_archive: tuple[ChatArchive, str
 
 
 def test_under_row_level_security_another_users_chat_id_is_not_found(
-    pg_archive: tuple[ChatArchive, str], app_role: str
+    server_archive: tuple[ChatArchive, str], app_role: str
 ) -> None:
     """Saving over a chat that row-level security hides (another user's) says
     ChatNotFound, as the repository's own check does without it, and leaves the
     chat as it was."""
-    archive, url = pg_archive
+    archive, url = server_archive
     archive.save(tool_chat("bob-1", user_id="bob", title="bob's"))
     archive.set_row_level_security(True)
     as_app = make_url(url).set(username=app_role).render_as_string(hide_password=False)
@@ -259,11 +246,11 @@ def test_under_row_level_security_another_users_chat_id_is_not_found(
 
 
 def test_a_users_reads_tell_row_level_security_who_reads(
-    pg_archive: tuple[ChatArchive, str], app_role: str
+    server_archive: tuple[ChatArchive, str], app_role: str
 ) -> None:
     """Every read of a user's archive runs in a transaction that sets
     chatarchive.user_id (outside one, the setting would not reach the read)."""
-    archive, url = pg_archive
+    archive, url = server_archive
     archive.save(tool_chat("alice-1", user_id="alice"))
     archive.save(tool_chat("bob-1", user_id="bob"))
     archive.set_row_level_security(True)
@@ -301,13 +288,13 @@ def test_a_users_reads_tell_row_level_security_who_reads(
 
 
 def test_under_row_level_security_save_many_saves_a_users_chats(
-    pg_archive: tuple[ChatArchive, str], app_role: str
+    server_archive: tuple[ChatArchive, str], app_role: str
 ) -> None:
     """PostgreSQL refuses COPY FROM on a table whose row-level security applies
     to the role ("COPY FROM not supported with row-level security"): save_many
     then inserts its rows instead, through both APIs. It failed with that error,
     and the asyncio API's failed too once it wrote with COPY."""
-    archive, url = pg_archive
+    archive, url = server_archive
     archive.save(tool_chat("bob-1", user_id="bob"))
     archive.set_row_level_security(True)
     as_app = make_url(url).set(username=app_role).render_as_string(hide_password=False)
