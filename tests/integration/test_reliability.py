@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import URL, Engine, text
+from sqlalchemy import URL, Engine, event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
@@ -302,6 +302,22 @@ def test_a_statement_timeout_cancels_the_call_and_changes_nothing(
     impatient.append("locked", [{"role": "user", "content": "now it works"}])
     assert len(archive.get("locked").messages) == 6
     impatient.close()
+
+
+def test_calls_one_after_another_run_on_the_connection_used_last(pg_archive: tuple[ChatArchive, str]) -> None:
+    """After a burst has filled the pool, calls in a row reuse one warm
+    connection rather than going round every pooled one in turn."""
+    archive, _ = pg_archive
+    archive.save(tool_chat("c"))
+    burst = [archive.engine.connect() for _ in range(4)]
+    for connection in burst:
+        connection.close()
+    used: list[int] = []
+    event.listen(archive.engine, "checkout", lambda dbapi, record, proxy: used.append(id(dbapi)))
+    for index in range(4):
+        archive.append("c", [{"role": "user", "content": f"turn {index}"}])
+        archive.get("c")
+    assert len(set(used)) == 1, used
 
 
 def test_no_call_leaves_a_transaction_open(pg_archive: tuple[ChatArchive, str]) -> None:
