@@ -641,9 +641,10 @@ def _prepared(statement: Any, dialect: Dialect) -> tuple[str, dict[str, Any], li
 
 
 def _plain_literal(value: object) -> str | None:
-    """``value`` as an SQL literal if it is an integer or a word of ASCII
-    letters, digits and underscores (nothing to escape), else None."""
-    if type(value) is int:
+    """``value`` as an SQL literal if it is a natural number (no sign, which
+    a minus before it would turn into a comment) or a word of ASCII letters,
+    digits and underscores (nothing to escape), else None."""
+    if type(value) is int and value >= 0:
         return str(value)
     if type(value) is str and value.isascii() and value.replace("_", "a").isalnum():
         return f"'{value}'"
