@@ -217,7 +217,8 @@ class PostgreSQL(Backend):
     def set_user(self, executor: Executor, user_id: str) -> None:
         # SET LOCAL, not set_config: a Citus coordinator carries a SET to the
         # workers (see _session_settings), where the shards' policies read it.
-        executor.execute(text(f"SET LOCAL chatarchive.user_id TO {_quoted(user_id)}"))
+        # The id as the rows store it (escaped: no NUL), which the policies compare.
+        executor.execute(text(f"SET LOCAL chatarchive.user_id TO {_quoted(escape_text(user_id))}"))
 
     def load_documents(
         self, executor: Executor, chat_ids: Sequence[str], *, user_id: str | None, whole: bool = False

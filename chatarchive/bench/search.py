@@ -81,9 +81,8 @@ def _appends(
         connection.execute(text(f"CREATE TABLE {_BARE} (LIKE messages INCLUDING DEFAULTS)"))
         connection.execute(text(f"ALTER TABLE {_BARE} ADD PRIMARY KEY (chat_id, position)"))
     (parsed,) = parse_messages([message], chat_id="bare")
-    row = messages_to_rows("bare", [parsed], user_id=None, first_position=0, now=datetime.now(UTC)).messages[
-        0
-    ]
+    rows = messages_to_rows("bare", [parsed], user_id=None, first_position=0, now=datetime.now(UTC))
+    row = rows.messages[0]
     columns = list(row)
     insert = f"INSERT INTO {_BARE} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))})"
     timings: dict[str, list[float]] = {"sync": [], "deferred": [], "bare": []}

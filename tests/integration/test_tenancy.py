@@ -225,6 +225,24 @@ def test_row_level_security_holds_for_raw_sql(server_archive: tuple[ChatArchive,
     assert archive.row_level_security() is False
 
 
+def test_row_level_security_knows_a_user_whose_id_has_quotes_colons_and_nul(
+    server_archive: tuple[ChatArchive, str], app_role: str
+) -> None:
+    """The user a transaction is for is told to the database as the chat rows
+    store it, whatever characters the id holds."""
+    archive, url = server_archive
+    odd = "o'brien:x\x00\ue000%s"
+    archive.set_row_level_security(True)
+    with ChatArchive(make_url(url).set(username=app_role)) as app:
+        user = app.for_user(odd)
+        user.save(tool_chat("odd-1", user_id=odd))
+        user.append("odd-1", [{"role": "user", "content": "and again"}])
+        assert [c.chat_id for c in user.list_chats().items] == ["odd-1"]
+        assert user.get("odd-1").user_id == odd
+        assert app.for_user("o'brien:x").list_chats().items == []
+    archive.set_row_level_security(False)
+
+
 def test_under_row_level_security_another_users_chat_id_is_not_found(
     server_archive: tuple[ChatArchive, str], app_role: str
 ) -> None:
