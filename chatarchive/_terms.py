@@ -6,10 +6,14 @@ Databases split text into words at spaces, and Chinese and Japanese have none
 chatarchive splits text itself, the same way on every database and for the
 index and the query alike, and the database only stores and matches the terms:
 
+- Text is first put in Unicode's canonical composed form (NFC), so that the
+  same text typed or pasted differently ("café" as one character or as "e"
+  and a combining accent) gives the same terms.
 - Runs of letters and digits of space-separated scripts are words, folded to
   lower case (``casefold``, after NFKC normalization, so that fullwidth "PCR" is "pcr"
   and "Straße" is "strasse") and stemmed in the archive's language
-  ("running" is "run" in English; ``simple``: not stemmed).
+  ("running" is "run" in English; ``simple``: not stemmed) by Snowball's
+  algorithms (PyStemmer, their C implementation).
 - Runs of Han, kana and Hangul characters become their overlapping pairs of
   characters, as Lucene's CJK analyzer indexes them: "条带" is one term,
   "特异性" is "特异" next to "异性". Most Chinese words, and many Japanese and
@@ -21,22 +25,32 @@ index and the query alike, and the database only stores and matches the terms:
 A term's place in the text (its position) is kept, so that a phrase matches
 its terms in a row. Ranking and snippets come from the same terms, so they
 agree between the databases.
+
+A text's terms are found by a few passes of regular expressions and Unicode
+normalization over the whole text (``Tokenizer.terms``), not by steps per
+word: indexing is most of what a write with search on costs. A tokenizer is
+shared by every thread of a process: the stems it has seen are kept in a
+dictionary that threads only add to, and each thread stems with a stemmer of
+its own (a Snowball stemmer keeps its state while it works).
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import unicodedata
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from itertools import islice
 from typing import Literal
 
-import snowballstemmer  # type: ignore[import-untyped]
+import numpy as np
+import Stemmer
 
 from ._exceptions import InvalidArgument
+from ._scan import CJK_RANGES, PICTOGRAPH_RANGES, split
 
 __all__ = [
     "CJK_MODES",
@@ -50,6 +64,7 @@ __all__ = [
     "Tokenizer",
     "TsvectorText",
     "has_terms",
+    "normalized",
 ]
 
 Indexing = Literal["sync", "deferred", "off"]
@@ -62,7 +77,7 @@ INDEXING_MODES: tuple[Indexing, ...] = ("sync", "deferred", "off")
 #: How runs of Chinese, Japanese and Korean characters are split.
 CJK_MODES: tuple[CjkMode, ...] = ("bigram", "unigram")
 #: The languages whose words can be stemmed (Snowball's), and ``simple``: none.
-LANGUAGES: tuple[str, ...] = ("simple", *sorted(set(snowballstemmer.algorithms()) - {"porter"}))
+LANGUAGES: tuple[str, ...] = ("simple", *sorted(set(Stemmer.algorithms()) - {"porter"}))
 
 #: At most this many terms of a text are indexed (and searched): PostgreSQL
 #: keeps word positions up to 16,383. That is some 80,000 characters of
@@ -77,16 +92,16 @@ _MAX_POSITIONS = 256
 _STEMS_KEPT = 200_000
 
 # Letters and digits (``\w`` without the underscore), and pictographs.
-_PIECE = re.compile(r"[^\W_]+|[\u2600-\u27bf\U0001f000-\U0001faff]")
-# Han (with its extensions and compatibility forms), kana, Hangul.
-_CJK_CLASS = (
-    "\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
-    "\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f"
+_PIECE = re.compile(
+    "[^\\W_]+|[" + "".join(f"{chr(low)}-{chr(high)}" for low, high in PICTOGRAPH_RANGES) + "]"
 )
+_CJK_CLASS = "".join(f"{chr(low)}-{chr(high)}" for low, high in CJK_RANGES)
 _CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
 _HAS_CJK = re.compile(f"[{_CJK_CLASS}]")
 _NOT_WORD = re.compile(r"[\W_]+")
 _ASCII_WORD = re.compile(r"[a-z0-9]+")
+# Two characters in a row, at every position.
+_PAIRS = re.compile(r"(?=(..))", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -141,23 +156,50 @@ def has_terms(text: str) -> bool:
 
 
 class Tokenizer:
-    """Splits text into terms for one language and CJK mode."""
+    """Splits text into terms for one language and CJK mode; safe to share
+    between threads."""
 
     def __init__(self, language: str, cjk: CjkMode) -> None:
         self.language = language
         self.cjk = cjk
-        stemmer = None if language == "simple" else snowballstemmer.stemmer(language)
-        self._stemmer: Callable[[str], str] = stemmer.stemWord if stemmer else _same
-        #: Stems of the words seen, most words of a language being few (bounded: see ``_stems_of``).
+        #: Stems of the words seen, most words of a language being few. Threads
+        #: only add to it; when it is full, it is replaced, never emptied in place.
         self._stems: dict[str, str] = {}
+        self._local = threading.local()
 
     @staticmethod
     @cache
     def of(language: str, cjk: CjkMode) -> Tokenizer:
         return Tokenizer(language, cjk)
 
+    def terms(self, text: str) -> list[str]:
+        """The terms of ``text``, in order (the terms of ``spans``)."""
+        if text.isascii():  # most text: words alone, found by one regular expression
+            words = _ASCII_WORD.findall(text.lower())
+            return self._stems_of(_short(words)[:MAX_TERMS])
+        text = normalized(text)
+        found = split(text, pairs=self.cjk == "bigram")
+        if found is None:  # a character whose terms depend on its neighbours
+            return [term for term, _, _ in self.spans(text)]
+        words = found.words
+        if found.is_word is None:
+            return self._stems_of(_short(list(filter(None, words)))[:MAX_TERMS])
+        valid = [0 < len(word) <= MAX_TERM_CHARACTERS for word in words]
+        terms = np.empty(len(found.is_word), object)
+        terms[found.is_word] = self._stems_of(
+            words if all(valid) else [w if ok else "" for w, ok in zip(words, valid, strict=True)]
+        )
+        terms[~found.is_word] = found.others
+        if not all(valid):
+            keep = np.ones(len(terms), np.bool_)
+            keep[np.flatnonzero(found.is_word)[~np.array(valid, np.bool_)]] = False
+            terms = terms[keep]
+        listed: list[str] = terms[:MAX_TERMS].tolist()
+        return listed
+
     def spans(self, text: str) -> Iterator[tuple[str, int, int]]:
-        """Each term of ``text`` with where it is in it (start and end offsets), in order."""
+        """Each term of ``text`` (in NFC, as ``terms`` takes it: see
+        ``normalized``) with where it is in it (start and end offsets), in order."""
         count = 0
         for match in _PIECE.finditer(text):
             piece, start = match.group(), match.start()
@@ -178,29 +220,45 @@ class Tokenizer:
                     if count == MAX_TERMS:
                         return
 
-    def terms(self, text: str) -> list[str]:
-        """The terms of ``text``, in order (the terms of ``spans``)."""
-        if text.isascii():  # most text: words alone, found by one regular expression
-            words = [word for word in _ASCII_WORD.findall(text.lower()) if len(word) <= MAX_TERM_CHARACTERS]
-            return self._stems_of(words[:MAX_TERMS])
-        return [term for term, _, _ in self.spans(text)]
-
     def _stems_of(self, words: list[str]) -> list[str]:
         stems = self._stems
-        if len(stems) > _STEMS_KEPT:
-            stems.clear()
-        missing = [word for word in words if word not in stems]
-        if missing:
-            stem = self._stemmer
-            stems.update((word, stem(word)) for word in missing)
-        return [stems[word] for word in words]
+        try:
+            return list(map(stems.__getitem__, words))
+        except KeyError:
+            pass
+        missing = list({word for word in words if word not in stems})
+        found = dict(zip(missing, self._stem(missing), strict=True))
+        if len(stems) + len(found) > _STEMS_KEPT:
+            self._stems = stems = {}
+        stems.update(found)
+        return [found[word] if word in found else stems[word] for word in words]
+
+    def _stem(self, words: list[str]) -> list[str]:
+        """The stems of ``words``, by this thread's own stemmer."""
+        if self.language == "simple":
+            return words
+        stemmer: Stemmer.Stemmer | None = getattr(self._local, "stemmer", None)
+        if stemmer is None:
+            # No cache of its own: the tokenizer keeps the stems.
+            stemmer = self._local.stemmer = Stemmer.Stemmer(self.language, 0)
+        stems: list[str] = stemmer.stemWords(words)
+        return stems
+
+    def _pairs(self, run: str) -> list[str]:
+        """The terms of a run of CJK letters: its pairs (or characters)."""
+        characters = unicodedata.normalize("NFKC", run).casefold()
+        if len(characters) != len(run):  # normalization joined or split characters: index them as given
+            characters = run.casefold()
+        if self.cjk == "unigram" or len(characters) == 1:
+            return list(characters)
+        return _PAIRS.findall(characters)
 
     def phrase(self, words: str) -> Phrase | None:
         """A query's word or quoted phrase as terms in a row (``None``: no term in it)."""
         terms = tuple(self.terms(words))
         if not terms:
             return None
-        last = list(_PIECE.finditer(words))[-1].group()
+        last = list(_PIECE.finditer(normalized(words)))[-1].group()
         single = self.cjk == "bigram" and len(last) >= 1 and _CJK_RUN.fullmatch(last[-1]) is not None
         # A lone CJK character at the end of the query: also the first of a pair.
         alone = single and (len(last) == 1 or not _CJK_RUN.fullmatch(last[-2]))
@@ -213,19 +271,20 @@ class Tokenizer:
             if term and len(term) <= MAX_TERM_CHARACTERS:
                 yield self._stems_of([term])[0], offset, offset + len(part)
             return
-        characters = unicodedata.normalize("NFKC", part).casefold()
-        if len(characters) != len(part):  # normalization joined or split characters: index them as given
-            characters = part.casefold()
-        if self.cjk == "unigram" or len(characters) == 1:
-            for index, character in enumerate(characters):
-                yield character, offset + index, offset + index + 1
-            return
-        for index in range(len(characters) - 1):
-            yield characters[index : index + 2], offset + index, offset + index + 2
+        for index, term in enumerate(self._pairs(part)):
+            yield term, offset + index, offset + index + len(term)
 
 
-def _same(word: str) -> str:
-    return word
+def normalized(text: str) -> str:
+    """``text`` in Unicode's canonical composed form (NFC), as terms are taken from it."""
+    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
+
+
+def _short(words: list[str]) -> list[str]:
+    """``words`` but those too long to be terms (a hash, a base64 blob)."""
+    if words and max(map(len, words)) > MAX_TERM_CHARACTERS:
+        return [word for word in words if len(word) <= MAX_TERM_CHARACTERS]
+    return words
 
 
 def _by_script(piece: str, start: int) -> Iterator[tuple[str, int, bool]]:
@@ -363,7 +422,9 @@ def snippet(
 ) -> str:
     """The part of ``text`` around its first matched term (``matched``: their
     positions), with every matched term in it marked, and ``…`` where text is
-    left out. Only the terms up to the end of the part shown are split."""
+    left out. Only the terms up to the end of the part shown are split. The
+    text is shown in NFC, as its terms were taken."""
+    text = normalized(text)
     first = min(matched, default=0)
     low = max(0, first - before)
     spans = list(islice(tokenizer.spans(text), low + SNIPPET_TERMS + 1))
@@ -396,6 +457,15 @@ def snippet(
 def tsvector_literal(terms: Sequence[str]) -> str:
     """``terms`` (with their positions) as PostgreSQL's ``tsvector`` input."""
     # Terms hold letters and digits only: nothing to escape.
-    return " ".join(
-        f"'{term}':{','.join(map(str, places))}" for term, places in positions_of(terms, start=1).items()
-    )
+    places: dict[str, list[str]] = {}
+    for position, term in zip(_POSITION_TEXTS, terms, strict=False):
+        found = places.get(term)
+        if found is None:
+            places[term] = [position]
+        elif len(found) < _MAX_POSITIONS:
+            found.append(position)
+    return " ".join([f"'{term}':{','.join(found)}" for term, found in places.items()])
+
+
+# Positions from 1, as tsvector input writes them.
+_POSITION_TEXTS = tuple(str(position) for position in range(1, MAX_TERMS + 1))

@@ -13,7 +13,7 @@ database it is on.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -202,7 +202,7 @@ class Backend(ABC):
     # -- search terms ---------------------------------------------------------------------
 
     @abstractmethod
-    def write_terms(self, executor: Executor, entries: Sequence[TermsEntry]) -> None:
+    def write_terms(self, executor: Executor, entries: Iterable[TermsEntry]) -> None:
         """Store the search terms of messages whose rows are written and that have none."""
 
     @abstractmethod

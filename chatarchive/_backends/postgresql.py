@@ -18,9 +18,10 @@ import json
 import re
 import struct
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from functools import cache, lru_cache
+from itertools import chain, islice
 from operator import itemgetter
 from typing import Any, ClassVar, cast
 
@@ -305,19 +306,19 @@ class PostgreSQL(Backend):
         ]
         return load
 
-    def write_terms(self, executor: Executor, entries: Sequence[TermsEntry]) -> None:
+    def write_terms(self, executor: Executor, entries: Iterable[TermsEntry]) -> None:
         """Many messages' terms (a batch, the indexer's) by text COPY through the
         connection's own psycopg connection where it may (see ``row_writer``),
-        a few (an append's) by INSERT."""
-        rows = [
-            (chat_id, position, tsvector_literal(terms), user) for chat_id, position, terms, user in entries
-        ]
-        if not rows:
+        a few (an append's) by INSERT. ``entries`` is consumed as the rows are
+        sent: the server stores the first while the next are tokenized."""
+        pending = iter(entries)
+        first = list(islice(pending, _COPIED_TERMS))
+        if not first:
             return
         connection = connection_of(executor)
         driver = connection.connection.driver_connection
         if (
-            len(rows) >= _COPIED_TERMS
+            len(first) == _COPIED_TERMS
             and isinstance(driver, psycopg.Connection)
             and not executor.execute(_ROW_SECURITY).scalar_one()
         ):
@@ -326,16 +327,26 @@ class PostgreSQL(Backend):
                 driver.cursor() as cursor,
                 cursor.copy(_COPY_TERMS) as copy,
             ):
-                for chat_id, position, literal, user in rows:
+                for chat_id, position, terms, user in chain(first, pending):
                     copy.write_row(
-                        (escape_text(chat_id), position, literal, None if user is None else escape_text(user))
+                        (
+                            escape_text(chat_id),
+                            position,
+                            tsvector_literal(terms),
+                            None if user is None else escape_text(user),
+                        )
                     )
             return
         executor.execute(
             _WRITE_TERMS,
             [
-                {"chat_id": chat_id, "position": position, "terms": literal, "chat_user_id": user}
-                for chat_id, position, literal, user in rows
+                {
+                    "chat_id": chat_id,
+                    "position": position,
+                    "terms": tsvector_literal(terms),
+                    "chat_user_id": user,
+                }
+                for chat_id, position, terms, user in chain(first, pending)
             ],
         )
 

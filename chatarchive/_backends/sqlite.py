@@ -18,7 +18,7 @@ import asyncio
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
@@ -181,16 +181,14 @@ class SQLite(Backend):
         executor.execute(insert(_chats), [row])
         return True
 
-    def write_terms(self, executor: Executor, entries: Sequence[TermsEntry]) -> None:
+    def write_terms(self, executor: Executor, entries: Iterable[TermsEntry]) -> None:
         # SQLite has no row-level security: its full-text table keeps no user.
-        if entries:
-            executor.execute(
-                _WRITE_TERMS,
-                [
-                    {"chat_id": chat_id, "position": position, "terms": " ".join(terms)}
-                    for chat_id, position, terms, _user in entries
-                ],
-            )
+        rows = [
+            {"chat_id": chat_id, "position": position, "terms": " ".join(terms)}
+            for chat_id, position, terms, _user in entries
+        ]
+        if rows:
+            executor.execute(_WRITE_TERMS, rows)
 
     def delete_terms(self, executor: Executor, starts: Sequence[tuple[str, int]]) -> None:
         if starts:

@@ -113,7 +113,7 @@ def append_in_one_statement(
     rows = messages_to_rows(chat_id, parsed, user_id=None, first_position=0, now=moment)  # the chat's: below
     if len(rows.messages) + len(rows.parts) + len(rows.tool_calls) > MOST_ROWS:
         return None
-    terms = searching.entries(guess, rows.messages, rows.parts) if guess.indexing == "sync" else []
+    terms = list(searching.entries(guess, rows.messages, rows.parts)) if guess.indexing == "sync" else []
     statement = _statement(
         _Shape(
             messages=len(rows.messages),

@@ -14,7 +14,7 @@ from the same terms, so both databases give the same hits.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from functools import cache
@@ -163,16 +163,15 @@ def _mark(unit: Unit, /, chat_id: str, position: int) -> None:
 
 def entries(
     current: SearchSettings, message_rows: Iterable[Mapping[str, Any]], part_rows: Iterable[Mapping[str, Any]]
-) -> list[TermsEntry]:
+) -> Iterator[TermsEntry]:
     """The terms of messages' rows under the ``current`` settings: each
-    message's (chat id, position, terms, chat's user), for those with any."""
+    message's (chat id, position, terms, chat's user), for those with any,
+    found as they are taken (a backend sends each while the next is found)."""
     tokenizer = current.tokenizer
-    found: list[TermsEntry] = []
     for (chat_id, position), (text, user) in _texts(message_rows, part_rows).items():
         terms = tokenizer.terms(text)
         if terms:
-            found.append((chat_id, position, terms, user))
-    return found
+            yield chat_id, position, terms, user
 
 
 def _texts(

@@ -3,6 +3,16 @@
 The shape follows production chat archives: about 20 messages a chat, a system
 prompt, user/assistant turns, one tool call for every ~8 messages (each answered
 by a tool message), ~10% multimodal user messages, ~30% of chats with feedback.
+
+The text is as long as users' and models' is (a user's turn 20-400
+characters, an answer 100-2,000, a tool's result a few hundred), and each chat
+is in one of a dozen languages in their own scripts, weighted as a
+multilingual product sees them: English (with the typographic apostrophes,
+dashes and symbols that models write) for about half, then Chinese, Japanese,
+Korean, German, French, Spanish, Russian, Arabic, Hindi and Greek. Words are
+pseudo-words drawn from each script's letters (a Zipf distribution over a
+vocabulary per language), so that text compresses and tokenizes about as real
+prose does, not better.
 """
 
 from __future__ import annotations
@@ -10,6 +20,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import accumulate
 from typing import Any
@@ -50,6 +61,115 @@ _VOCABULARY = _vocabulary(random.Random(20260101))
 _ZIPF = list(accumulate(1 / rank for rank in range(1, len(_VOCABULARY) + 1)))
 
 
+@dataclass(frozen=True)
+class _Language:
+    """How a language's prose is made: its letters (the first the most
+    frequent), its word lengths, whether words are spaced, its punctuation."""
+
+    letters: str
+    lengths: tuple[int, ...]
+    spaced: bool = True
+    stop: str = ". "
+    comma: str = ", "
+    extras: tuple[str, ...] = ()  # words of other scripts or symbols that turn up in it
+
+    def vocabulary(self, rng: random.Random, size: int = 4000) -> list[str]:
+        weights = [len(self.letters) - rank for rank in range(len(self.letters))]
+        return ["".join(rng.choices(self.letters, weights, k=rng.choice(self.lengths))) for _ in range(size)]
+
+
+_HAN = "".join(chr(code) for code in range(0x4E00, 0x4E00 + 20902, 7))  # every 7th of the basic block
+_LANGUAGES: dict[str, tuple[float, _Language]] = {
+    "english": (
+        0.46,
+        _Language(
+            _LETTERS,
+            (2, 3, 3, 4, 4, 5, 5, 6, 7, 8, 9, 11),
+            extras=("’s", "—", "“", "”", "°C", "×", "…", "café", "naïve", "µL", "→", "✅", "e.g."),
+        ),
+    ),
+    "german": (
+        0.06,
+        _Language("enisratdhulcgmobwfkzäüpvößjyxq", (2, 3, 4, 5, 6, 7, 8, 10, 12, 14), extras=("„", "“")),
+    ),
+    "french": (
+        0.05,
+        _Language("esaitnrulodcpméqvgfbhxèyjàêçzôûkîëw", (2, 2, 3, 4, 5, 6, 7, 9), extras=("«", "»", "’")),
+    ),
+    "spanish": (
+        0.05,
+        _Language("eaosrnidlctumpbgvyqóhfíjzéáñxúk", (2, 2, 3, 4, 5, 6, 7, 9), extras=("¿", "¡")),
+    ),
+    "russian": (0.06, _Language("оеаинтсрвлкмдпуяыьгзбчйхжшюцщэфъё", (2, 3, 4, 5, 6, 7, 8, 10))),
+    "greek": (0.02, _Language("αοιετσνηυρπκμλωδγχθφβξζψάέήίόύώ", (2, 3, 4, 5, 6, 7, 9))),
+    "arabic": (0.03, _Language("اليمونربتةعدسفهكقأجحشصإطىغثخضزآظذئؤ", (2, 3, 4, 5, 6, 7), comma="، ")),
+    "hindi": (
+        0.03,
+        _Language("कसरनमतलदपहयवजबगखचशभडटअइएओउआथधफ", (2, 3, 4, 5), stop="। ", extras=("है", "में", "की")),
+    ),
+    "chinese": (
+        0.12,
+        _Language(
+            _HAN[:1500],
+            (1, 2, 2, 2, 2, 3, 4),
+            spaced=False,
+            stop="。",
+            comma="，",
+            extras=("PCR", "DNA", "2026"),
+        ),
+    ),
+    "japanese": (
+        0.07,
+        _Language(
+            "のにはをたがでてとしれさあいうかくけこすせそなまもよらりるろわん" + _HAN[:600],
+            (1, 2, 2, 3, 3, 4, 5),
+            spaced=False,
+            stop="。",
+            comma="、",
+            extras=("データ", "サンプル", "PCR"),
+        ),
+    ),
+    "korean": (
+        0.05,
+        _Language(
+            "".join(chr(code) for code in range(0xAC00, 0xAC00 + 11172, 29)),
+            (1, 2, 2, 3, 3, 4),
+            extras=("PCR", "데이터"),
+        ),
+    ),
+}
+_LANGUAGE_NAMES = tuple(_LANGUAGES)
+_LANGUAGE_WEIGHTS = tuple(accumulate(weight for weight, _ in _LANGUAGES.values()))
+_VOCABULARIES = {
+    name: (_VOCABULARY, _ZIPF)
+    if name == "english"
+    else (words := language.vocabulary(random.Random(f"{name}-20260101")), _ZIPF[: len(words)])
+    for name, (_, language) in _LANGUAGES.items()
+}
+
+
+def _prose(rng: random.Random, language: str, characters: int) -> str:
+    """About ``characters`` characters of prose in ``language``: Zipf-distributed
+    words in sentences, now and then a symbol or a word of another script."""
+    spec = _LANGUAGES[language][1]
+    vocabulary, zipf = _VOCABULARIES[language]
+    out: list[str] = []
+    length = 0
+    while length < characters:
+        words = rng.choices(vocabulary, cum_weights=zipf, k=rng.randrange(5, 16))
+        if spec.extras and rng.random() < 0.5:
+            words[rng.randrange(len(words))] = rng.choice(spec.extras)
+        if rng.random() < 0.3:
+            words.insert(rng.randrange(len(words)), f"{spec.comma.strip()}")
+        sentence = (" " if spec.spaced else "").join(words)
+        if spec.spaced:
+            sentence = sentence.replace(f" {spec.comma.strip()}", spec.comma.rstrip())
+        sentence = sentence[:1].upper() + sentence[1:] + spec.stop.rstrip()
+        out.append(sentence)
+        length += len(sentence) + 1
+    return (" " if spec.spaced else "").join(out)[: max(characters, 1)]
+
+
 def generate_chats(chats: int, messages: int = 20, seed: int = 0) -> Iterator[dict[str, Any]]:
     """``chats`` canonical chat documents of about ``messages`` messages each.
 
@@ -61,19 +181,16 @@ def generate_chats(chats: int, messages: int = 20, seed: int = 0) -> Iterator[di
         yield _chat(rng, number, messages, users)
 
 
-def _tool_result(rng: random.Random) -> str:
-    return json.dumps({"result": _text(rng, rng.randrange(30, 200)), "score": round(rng.random(), 4)})
-
-
 def _chat(rng: random.Random, number: int, size: int, users: int) -> dict[str, Any]:
     chat_id = f"chat-{number:08d}"
     model = rng.choice(_MODELS)
+    language = rng.choices(_LANGUAGE_NAMES, cum_weights=_LANGUAGE_WEIGHTS)[0]
     start = _EPOCH + timedelta(seconds=number * 37 + rng.randrange(30))
     clock = iter(start + timedelta(seconds=4 * step) for step in range(10 * size + 10))
     messages: list[dict[str, Any]] = [
         {
             "role": "system",
-            "content": _text(rng, rng.randrange(40, 160)),
+            "content": _prose(rng, "english", rng.randrange(100, 800)),
             "uid": f"{chat_id}-0",
             "created_at": next(clock),
         }
@@ -83,14 +200,14 @@ def _chat(rng: random.Random, number: int, size: int, users: int) -> dict[str, A
         user: dict[str, Any] = {"role": "user", "created_at": next(clock)}
         if rng.random() < 0.10:
             user["content"] = [
-                {"type": "text", "text": _text(rng, rng.randrange(8, 40))},
+                {"type": "text", "text": _prose(rng, language, rng.randrange(20, 300))},
                 {
                     "type": "image_url",
                     "image_url": {"url": f"https://example.com/{chat_id}/{len(messages)}.png"},
                 },
             ]
         else:
-            user["content"] = _text(rng, rng.randrange(8, 60))
+            user["content"] = _prose(rng, language, rng.randrange(20, 400))
         messages.append(user)
         if rng.random() < 0.42 and len(messages) + 3 <= size:
             call_id = f"call_{chat_id}_{call_number}"
@@ -105,7 +222,12 @@ def _chat(rng: random.Random, number: int, size: int, users: int) -> dict[str, A
                         {
                             "id": call_id,
                             "type": "function",
-                            "function": {"name": tool, "arguments": f'{{"query": "{_text(rng, 4)}"}}'},
+                            "function": {
+                                "name": tool,
+                                "arguments": json.dumps(
+                                    {"query": _prose(rng, language, rng.randrange(10, 60))}
+                                ),
+                            },
                         }
                     ],
                 }
@@ -115,7 +237,8 @@ def _chat(rng: random.Random, number: int, size: int, users: int) -> dict[str, A
                     "role": "tool",
                     "tool_call_id": call_id,
                     "content": json.dumps(
-                        {"result": _text(rng, rng.randrange(30, 200)), "score": rng.random()}
+                        {"result": _prose(rng, language, rng.randrange(100, 800)), "score": rng.random()},
+                        ensure_ascii=False,
                     ),
                     "created_at": next(clock),
                 }
@@ -125,7 +248,7 @@ def _chat(rng: random.Random, number: int, size: int, users: int) -> dict[str, A
         messages.append(
             {
                 "role": "assistant",
-                "content": _text(rng, rng.randrange(30, 250)),
+                "content": _prose(rng, language, rng.randrange(100, 2000)),
                 "created_at": next(clock),
                 "model": model,
                 "finish_reason": "stop",
@@ -141,7 +264,7 @@ def _chat(rng: random.Random, number: int, size: int, users: int) -> dict[str, A
     document: dict[str, Any] = {
         "chat_id": chat_id,
         "user_id": f"user-{rng.randrange(users):05d}",
-        "title": _text(rng, 5),
+        "title": _prose(rng, language, rng.randrange(10, 50)),
         "model": model,
         "model_settings": {"temperature": round(rng.random(), 2)},
         "workflow": {"name": rng.choice(_WORKFLOWS)},

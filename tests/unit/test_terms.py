@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+import unicodedata
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,6 +24,8 @@ from chatarchive._terms import (
     snippet,
     tsvector_literal,
 )
+from chatarchive.bench.workload import generate_chats
+from tests.support.reference_terms import reference_terms
 
 ENGLISH = Tokenizer.of("english", "bigram")
 
@@ -158,3 +164,78 @@ def test_every_language_stems() -> None:
             *Tokenizer.of(language, "bigram").terms("Running"),
             "条带",
         ]
+
+
+# -- the same terms as the piece-by-piece reference, from any number of threads ------------
+
+# Characters whose terms need care: accents composed and not, letters that
+# normalization or case folding change or expand, CJK that normalization
+# changes (halfwidth katakana, Hangul jamo), pictographs in and out of the
+# ranges, digits that are pictographs, separators of every kind.
+_TRICKY = (
+    "aZé\u0301\u0308ßİıﬁ½²µ™⑴➀①ＰＣＲｶﾞﾟ\u1100\u1161\u11a8가各豈\uf900\u3131"
+    "条带東京タワー서울🧪😀✅🄐🆐\u00a0\u3000_-—’“.,，。、\x00\n\t\u0301\u0900हिन्दी\ufdfa"
+)
+tricky_text = st.text(
+    alphabet=st.one_of(st.characters(codec="utf-8"), st.sampled_from(_TRICKY)), max_size=300
+)
+
+
+def workload_texts(chats: int) -> list[str]:
+    """The texts of the bench's workload: long, in every script."""
+    texts = []
+    for doc in generate_chats(chats, 20, seed=11):
+        for message in doc["messages"]:
+            content = message["content"]
+            if isinstance(content, str):
+                texts.append(content)
+            elif isinstance(content, list):
+                texts.append("\n".join(part["text"] for part in content if part["type"] == "text"))
+    return texts
+
+
+@given(
+    tricky_text,
+    st.sampled_from(["english", "german", "russian", "simple"]),
+    st.sampled_from(["bigram", "unigram"]),
+)
+@settings(max_examples=400)
+def test_terms_are_the_piece_by_piece_references(text: str, language: str, cjk: str) -> None:
+    expected = reference_terms(unicodedata.normalize("NFC", text), language, cjk)
+    assert Tokenizer.of(language, cjk).terms(text) == expected
+
+
+def test_the_workloads_texts_have_the_references_terms() -> None:
+    texts = workload_texts(40)
+    assert sum(not text.isascii() for text in texts) > len(texts) // 2
+    for text in texts:
+        assert ENGLISH.terms(text) == reference_terms(unicodedata.normalize("NFC", text))
+
+
+def test_canonically_equal_texts_have_the_same_terms() -> None:
+    composed, decomposed = "café", unicodedata.normalize("NFD", "café")
+    assert composed != decomposed
+    assert ENGLISH.terms(decomposed) == ENGLISH.terms(composed) == ["café"]
+    assert ENGLISH.phrase(decomposed) == ENGLISH.phrase(composed)
+    matched = stored(decomposed).matched([phrase("café")])
+    assert snippet(ENGLISH, decomposed, matched, ("«", "»")) == "«café»"
+
+
+def test_a_tokenizer_shared_by_threads_gives_each_the_terms_one_thread_gets() -> None:
+    texts = workload_texts(30)
+    expected = [reference_terms(unicodedata.normalize("NFC", text), "german") for text in texts]
+    for _ in range(3):  # a new tokenizer each time: its stems are found while the threads race
+        shared = Tokenizer("german", "bigram")
+        start = threading.Barrier(4)
+
+        def tokenize(
+            offset: int, tokenizer: Tokenizer = shared, start: threading.Barrier = start
+        ) -> list[list[str]]:
+            start.wait()
+            order = texts[offset:] + texts[:offset]
+            found = [tokenizer.terms(text) for text in order]
+            return found[len(texts) - offset :] + found[: len(texts) - offset]
+
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(tokenize, [0, 7, 13, 29]))
+        assert all(result == expected for result in results)
