@@ -95,9 +95,13 @@ def _learn(blocks: list[int]) -> None:
             _known[block] = True
 
 
+_BMP_BLOCKS = _BMP >> _BLOCK_BITS
+
+
 def _kinds_of(codes: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint8]:
-    if not _known[0]:
-        _learn(list(range(_BMP >> _BLOCK_BITS)))
+    # The plane's last block is marked last: once it is known, all of the plane is.
+    if not _known[_BMP_BLOCKS - 1]:
+        _learn(list(range(_BMP_BLOCKS)))
     if codes.max() >= _BMP:
         blocks = codes[codes >= _BMP] >> _BLOCK_BITS
         unknown = blocks[~_known[blocks]]

@@ -23,6 +23,7 @@ from sqlalchemy import URL
 
 from chatarchive import create_engine
 from chatarchive._schema import SCHEMA_REVISION, metadata
+from chatarchive.bench.workload import generate_chats
 from chatarchive.cli import main
 from tests.support.commands import CHATARCHIVE, Ran, Run, invoke
 
@@ -883,6 +884,19 @@ def test_import_with_writers_traces_a_refused_chat_to_its_line(
     assert "imported 29 chats, 1 failed" in result.stderr
     assert len(run("export").stdout.splitlines()) == 29
     assert "not with --strict" in run("import", "--writers", "2", "--strict", path, expect=2).stderr
+
+
+def test_import_with_writers_indexes_text_in_every_script(run: Run, tmp_path: Path) -> None:
+    run("db", "upgrade")
+    docs = list(generate_chats(120, 8, seed=4))
+    path = write(tmp_path / "chats.jsonl", "\n".join(json.dumps(doc, default=str) for doc in docs))
+    result = run("import", "--writers", "2", "--batch-size", "10", path)
+    assert "Traceback" not in result.stderr
+    first = docs[0]["messages"][1]["content"]
+    word = first if isinstance(first, str) else first[0]["text"]
+    query = word.split()[0].strip(".,，。、")[:2]
+    hits = json.loads(run("search", "--json", query).stdout)
+    assert hits
 
 
 @pytest.mark.parametrize("strict", [False, True], ids=["batches", "strict"])

@@ -4,8 +4,11 @@ databases, and keeps its terms in step with every write, now or later."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
+import unicodedata
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +16,9 @@ import pytest
 from sqlalchemy import text
 
 from chatarchive import AsyncChatArchive, ChatArchive, InvalidArgument, SchemaNotReady, SearchSettings
+from chatarchive.bench.workload import generate_chats
 from tests.support.databases import throwaway_database
+from tests.support.reference_terms import reference_terms
 
 CHATS: list[dict[str, Any]] = [
     {
@@ -389,3 +394,57 @@ def test_many_messages_terms_keep_a_chat_id_that_needs_escaping(archive: ChatArc
     assert stored_terms(archive) == now
     archive.delete(chat_id)
     assert stored_terms(archive) == []
+
+
+# -- threads --------------------------------------------------------------------------------
+
+
+def stored_term_lists(archive: ChatArchive) -> dict[tuple[str, int], list[str]]:
+    """Every message's stored terms, in order."""
+    found: dict[tuple[str, int], list[str]] = {}
+    for chat_id, position, terms in stored_terms(archive):
+        if archive.engine.dialect.name == "postgresql":
+            places = sorted(
+                (int(place), term)
+                for term, listed in re.findall(r"'([^']*)':([0-9,]+)", terms)
+                for place in listed.split(",")
+            )
+            found[(chat_id, position)] = [term for _, term in places]
+        else:
+            found[(chat_id, position)] = terms.split(" ")
+    return found
+
+
+def reference_terms_of(docs: list[dict[str, Any]]) -> dict[tuple[str, int], list[str]]:
+    """The terms each message of ``docs`` has, found piece by piece in one thread."""
+    expected = {}
+    for doc in docs:
+        for position, message in enumerate(doc["messages"]):
+            content = message["content"]
+            if isinstance(content, list):
+                content = "\n".join(part["text"] for part in content if part["type"] == "text")
+            terms = reference_terms(unicodedata.normalize("NFC", content or ""))
+            if terms:
+                expected[(doc["chat_id"], position)] = terms
+    return expected
+
+
+def test_threads_sharing_an_archive_store_the_terms_one_thread_finds(
+    own_archive: tuple[ChatArchive, str],
+) -> None:
+    archive, _ = own_archive
+    docs = list(generate_chats(32, 10, seed=21))  # long texts in a dozen scripts
+    start = threading.Barrier(4)
+
+    def save(share: list[dict[str, Any]]) -> None:
+        start.wait()
+        for doc in share:
+            archive.save(doc)
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(save, [docs[index::4] for index in range(4)]))
+    assert stored_term_lists(archive) == reference_terms_of(docs)
+    archive.delete_user(docs[0]["user_id"])
+    rest = [doc for doc in docs if doc["user_id"] != docs[0]["user_id"]]
+    archive.save_many(rest, writers=3, on_error=lambda index, error: pytest.fail(repr(error)))
+    assert stored_term_lists(archive) == reference_terms_of(rest)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
 import unicodedata
 from concurrent.futures import ThreadPoolExecutor
@@ -239,3 +242,30 @@ def test_a_tokenizer_shared_by_threads_gives_each_the_terms_one_thread_gets() ->
         with ThreadPoolExecutor(4) as pool:
             results = list(pool.map(tokenize, [0, 7, 13, 29]))
         assert all(result == expected for result in results)
+
+
+def test_threads_that_tokenize_a_processs_first_texts_get_the_references_terms() -> None:
+    # In a new interpreter: the first texts teach the tokenizer what each character is.
+    script = textwrap.dedent(
+        """
+        import threading, unicodedata
+        from concurrent.futures import ThreadPoolExecutor
+        from chatarchive._terms import Tokenizer
+        from tests.support.reference_terms import reference_terms
+        from tests.unit.test_terms import workload_texts
+
+        texts = workload_texts(8)
+        shared = Tokenizer("english", "bigram")
+        start = threading.Barrier(4)
+
+        def tokenize(offset):
+            start.wait()
+            return [(text, shared.terms(text)) for text in texts[offset:] + texts[:offset]]
+
+        with ThreadPoolExecutor(4) as pool:
+            for found in pool.map(tokenize, [0, 3, 5, 9]):
+                for text, terms in found:
+                    assert terms == reference_terms(unicodedata.normalize("NFC", text)), text
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
