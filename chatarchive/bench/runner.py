@@ -35,9 +35,10 @@ from chatarchive._document import ChatDocument, ChatFilter
 from chatarchive._engine import create_engine, database_url
 from chatarchive._rows import ChatRows, document_to_rows
 from chatarchive._schema import SEARCH_TERMS, metadata
+from chatarchive.formats import export
 
 from .citus import measure_citus
-from .frameworks import FRAMEWORKS, measure_frameworks
+from .frameworks import FRAMEWORKS, available, measure_frameworks
 from .search import measure_search
 from .workload import chatgpt_export, generate_chats, search_terms
 
@@ -49,6 +50,8 @@ Progress = Callable[[str, int, int], None]  # (phase, done, total)
 _TABLES = [table.name for table in metadata.sorted_tables if table.name != "archive_settings"]
 #: The reference designs' schema and tables (PostgreSQL), dropped after the run.
 _PK_ONLY, _JSONB_DOCS, _JSONB_HISTORY = "bench_pk_only", "bench_jsonb_docs", "bench_jsonb_history"
+#: langchain-postgres's table, when that package is installed.
+_LANGCHAIN_HISTORY = "bench_langchain_history"
 
 
 #: The figures ``--citus`` measures on both archives: label -> figure.
@@ -128,6 +131,13 @@ class BenchReport:
             "append_chunk at 10,000 / at 10 chunks": self.ratio(
                 "append_chunk_at_10000_ms", "append_chunk_at_10_ms"
             ),
+            "save_many / langchain-postgres add_messages": self.ratio(
+                "ingest_save_many", "ingest_langchain_postgres"
+            ),
+            "save_many, sync indexing / raw COPY (own schema), no search index": self.ratio(
+                "ingest_save_many", "ingest_raw_copy_own_no_search_index"
+            ),
+            "index catch-up / save_many": self.ratio("ingest_index_catch_up", "ingest_save_many"),
             "save_many, deferred indexing / raw COPY (own schema), no search index": self.ratio(
                 "ingest_save_many_deferred", "ingest_raw_copy_own_no_search_index"
             ),
@@ -443,9 +453,13 @@ class _Bench:
                 ),
                 # Writes that leave indexing to 'chatarchive db index'.
                 "ingest_save_many_deferred": lambda: self._deferred(self._time_save_many),
+                # ... and 'chatarchive db index' catching up with them.
+                "ingest_index_catch_up": lambda: self._deferred(self._time_catch_up),
                 # A bulk load into an archive that holds data keeps the search index.
                 "ingest_bulk_onto_loaded": self._time_bulk_onto_loaded,
             }
+            if available("langchain"):
+                ways["ingest_langchain_postgres"] = self._langchain_postgres()
         total = self.runs * len(ways)
         timings: dict[str, list[float]] = {name: [] for name in ways}
         for run in range(self.runs):
@@ -504,6 +518,43 @@ class _Bench:
         self.archive.save_many(self.docs, writers=writers)
         return time.perf_counter() - start
 
+    def _time_catch_up(self) -> float:
+        """``index_pending`` over the whole workload, written with deferred indexing."""
+        self._truncate()
+        self.archive.save_many(self.docs)
+        start = time.perf_counter()
+        self.archive.index_pending()
+        return time.perf_counter() - start
+
+    def _langchain_postgres(self) -> Callable[[], float]:
+        """LangChain's own PostgreSQL store (``PostgresChatMessageHistory``):
+        each chat's messages, already LangChain messages, by one ``add_messages``."""
+        from langchain_core.messages import messages_from_dict
+        from langchain_postgres import PostgresChatMessageHistory
+
+        histories = [
+            (
+                str(uuid.uuid5(uuid.NAMESPACE_URL, doc["chat_id"])),
+                messages_from_dict(export(doc, "langchain")),
+            )
+            for doc in self.docs
+        ]
+
+        def load() -> float:
+            with self._driver() as connection:
+                connection.execute(f"DROP TABLE IF EXISTS {_LANGCHAIN_HISTORY}")
+                connection.commit()
+                PostgresChatMessageHistory.create_tables(connection, _LANGCHAIN_HISTORY)
+                start = time.perf_counter()
+                for session, messages in histories:
+                    history = PostgresChatMessageHistory(
+                        _LANGCHAIN_HISTORY, session, sync_connection=connection
+                    )
+                    history.add_messages(messages)
+                return time.perf_counter() - start
+
+        return load
+
     def _time_async_save_many(self) -> float:
         """save_many through the asyncio API (AsyncChatArchive), in a new event loop."""
 
@@ -540,7 +591,9 @@ class _Bench:
             return
         with self.engine.begin() as connection:
             connection.execute(text(f"DROP SCHEMA IF EXISTS {_PK_ONLY} CASCADE"))
-            connection.execute(text(f"DROP TABLE IF EXISTS {_JSONB_DOCS}, {_JSONB_HISTORY}"))
+            connection.execute(
+                text(f"DROP TABLE IF EXISTS {_JSONB_DOCS}, {_JSONB_HISTORY}, {_LANGCHAIN_HISTORY}")
+            )
 
     def _create_pk_only_schema(self) -> None:
         with self.engine.begin() as connection:

@@ -73,26 +73,33 @@ def measure_search(
 def _appends(
     archive: ChatArchive, engine: Engine, samples: int, progress: Progress
 ) -> dict[str, float | None]:
-    message = {"role": "assistant", "content": _TEXT}
+    # Turns of the workload, as long as users' and models' are, in every script.
+    turns = [
+        {"role": message["role"], "content": message["content"]}
+        for doc in generate_chats(200, 20, seed=3)
+        for message in doc["messages"]
+        if message["role"] in ("user", "assistant") and isinstance(message["content"], str)
+    ]
     for mode in ("sync", "deferred"):
-        archive.save({"chat_id": f"bench-append-{mode}", "messages": [message] * 1000})
+        archive.save({"chat_id": f"bench-append-{mode}", "messages": turns[:1000]})
+    appended = turns[1000 : 1000 + samples + 20]
     with engine.begin() as connection:
         connection.execute(text(f"DROP TABLE IF EXISTS {_BARE}"))
         connection.execute(text(f"CREATE TABLE {_BARE} (LIKE messages INCLUDING DEFAULTS)"))
         connection.execute(text(f"ALTER TABLE {_BARE} ADD PRIMARY KEY (chat_id, position)"))
-    (parsed,) = parse_messages([message], chat_id="bare")
-    rows = messages_to_rows("bare", [parsed], user_id=None, first_position=0, now=datetime.now(UTC))
-    row = rows.messages[0]
-    columns = list(row)
+    parsed = parse_messages(appended, chat_id="bare")
+    rows = messages_to_rows("bare", parsed, user_id=None, first_position=0, now=datetime.now(UTC)).messages
+    columns = list(rows[0])
     insert = f"INSERT INTO {_BARE} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))})"
     timings: dict[str, list[float]] = {"sync": [], "deferred": [], "bare": []}
     position = 0
     with bare_connection(engine.url, autocommit=True) as connection:
         # A mode at a time (an archive acts on the settings it last saw), each
-        # append followed by a bare insert, so that both meet the same machine.
+        # append followed by a bare insert of the same message's row, so that
+        # both meet the same machine.
         for mode in ("sync", "deferred"):
             archive.configure_search(indexing=mode)
-            for index in range(samples + 20):
+            for index, (message, row) in enumerate(zip(appended, rows, strict=True)):
                 progress(f"search: appends, {mode}", index, samples + 20)
                 start = time.perf_counter()
                 archive.append(f"bench-append-{mode}", [message])

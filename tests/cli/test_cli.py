@@ -592,6 +592,10 @@ def test_bench_reports_every_figure(run: Run, dialect: str) -> None:
         for name in ("save_many", "save_many_2_writers", "save_many_asyncio", "bulk", "raw_copy_own"):
             assert figures[f"ingest_{name}_no_search_index"] > 0
         assert figures["ingest_2_writers_then_search_index"] > 0
+        assert figures["ingest_index_catch_up"] > 0
+        assert figures["ingest_langchain_postgres"] > 0
+        assert report["ratios"]["save_many / langchain-postgres add_messages"] > 0
+        assert report["ratios"]["index catch-up / save_many"] > 0
         assert 0 < figures["bytes_per_message_no_search_index"] < figures["bytes_per_message"]
     assert run("db", "current").stdout.strip() == "none"  # ran in a throwaway database
 
