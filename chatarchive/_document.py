@@ -343,13 +343,17 @@ class ToolCall(_Record):
     custom: Any = None
 
 
+#: A number of tokens: analytics sum them, so none is negative.
+TokenCount = Annotated[StrictInt, Field(ge=0)]
+
+
 class Usage(_Record):
     """Token usage of one model response; extra keys such as
     ``prompt_tokens_details`` are kept."""
 
-    prompt_tokens: StrictInt | None = None
-    completion_tokens: StrictInt | None = None
-    total_tokens: StrictInt | None = None
+    prompt_tokens: TokenCount | None = None
+    completion_tokens: TokenCount | None = None
+    total_tokens: TokenCount | None = None
 
 
 class Message(_Record):

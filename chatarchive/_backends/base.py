@@ -229,6 +229,11 @@ class Backend(ABC):
         """Bring a distributed archive's rows back to one server (``citus``)."""
         return Distribution()
 
+    def locks_rows_it_inserts_from(self, connection: Connection) -> bool:
+        """Whether an ``INSERT ... SELECT`` may lock the rows it reads
+        (``FOR KEY SHARE``); otherwise they are locked by a statement before it."""
+        return True
+
     def owned_tables(self) -> list[Any]:
         """The tables whose rows carry their chat's user (``chat_user_id``),
         which a change of the chat's user changes too."""

@@ -379,6 +379,14 @@ class PostgreSQL(Backend):
     def terms_value(self, terms: Sequence[str]) -> Any:
         return tsvector_literal(terms)
 
+    def locks_rows_it_inserts_from(self, connection: Connection) -> bool:
+        # Citus refuses any row lock in a distributed query but a single
+        # SELECT's: asked once per connection, whether Citus is loaded.
+        citus = connection.info.get(_CITUS_LOADED)
+        if citus is None:
+            citus = connection.info[_CITUS_LOADED] = bool(connection.execute(_HAS_CITUS).scalar_one())
+        return not citus
+
     def owned_tables(self) -> list[Any]:
         return [*super().owned_tables(), _TERMS]
 
@@ -781,6 +789,8 @@ def _documents_query(*, scoped: bool, one: bool, whole: bool) -> TextClause:
 #: Whether row-level security applies to this role on the archive's tables
 #: (all of them have the same setting; see ``set_row_level_security``).
 _ROW_SECURITY = text("SELECT row_security_active('chats')")
+_HAS_CITUS = text("SELECT current_setting('citus.propagate_set_commands', true) IS NOT NULL")
+_CITUS_LOADED = "chatarchive.citus"
 
 _PG_TYPES: tuple[tuple[type, str], ...] = (
     (ArchiveText, "text"),

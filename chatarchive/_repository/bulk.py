@@ -226,6 +226,14 @@ def write_rows(
             if exc.constraint == _CHATS_KEY and attempt < CREATE_ATTEMPTS:
                 continue
             error: ChatArchiveError = exc
+            if exc.constraint == _CHATS_KEY and unit.user_id is not None:
+                # A chat that row-level security hides (another user's) holds the
+                # id: not found, as save and every other write answer it.
+                if len(documents) == 1:
+                    error = ChatNotFound(next(iter(documents)))
+                elif on_error is None:  # the first such chat's own error
+                    for chat_id, item in documents.items():
+                        write_rows(unit, {chat_id: item}, None)
         except ChatArchiveError as exc:
             error = exc
         break

@@ -149,11 +149,12 @@ def count_chats(unit: Unit, /, where: ChatFilter | None = None) -> int:
 
 
 def chat_ids(
-    unit: Unit, /, where: ChatFilter | None = None, *, after: str | None = None, limit: int = 100
+    unit: Unit, /, where: ChatFilter | None = None, *, after: str | None = None, limit: int | None = None
 ) -> list[str]:
-    """Chat ids in ascending order, ``limit`` at a time after ``after``, of
-    the chats ``where`` selects."""
-    require_at_least_one(limit, "limit")
+    """The ids of the chats ``where`` selects, in ascending order: all of
+    them, or a page of ``limit`` after ``after``."""
+    if limit is not None:
+        require_at_least_one(limit, "limit")
     optional_text(after, "after")
     query = _chats_where(unit, select(chats.c.chat_id).order_by(chats.c.chat_id).limit(limit), where)
     if after is not None:

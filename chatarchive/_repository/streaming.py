@@ -148,35 +148,55 @@ def append_chunk(
         raise InvalidDocument(exc.reason, chat_id=chat_id, field="chunk") from None
     if tool_call_index is not None:
         _check_tool_call_index(unit, chat_id, tool_call_index)
-    target = unit.scoped(
-        select(messages.c.chat_id, messages.c.position, messages.c.chat_user_id)
-        .join(chats, chats.c.chat_id == messages.c.chat_id)
-        .where(messages.c.chat_id == chat_id, messages.c.uid == message_uid, messages.c.completed.is_(False))
-    ).subquery()
     following = (
         select(func.coalesce(func.max(message_chunks.c.position) + 1, 0))
         .where(
-            message_chunks.c.chat_id == target.c.chat_id,
-            message_chunks.c.message_position == target.c.position,
+            message_chunks.c.chat_id == messages.c.chat_id,
+            message_chunks.c.message_position == messages.c.position,
         )
         .scalar_subquery()
     )
-    statement = insert(message_chunks).from_select(
-        ["chat_id", "message_position", "position", "tool_call_index", "text", "chat_user_id"],
+    # The message's row is locked (FOR KEY SHARE) as it is read: a truncate
+    # that deletes it waits for the chunk (and deletes it with the message),
+    # and a chunk that comes after the delete finds no message. Without the
+    # lock, a message begun meanwhile at the deleted one's position took the
+    # chunk, which names the message by its position.
+    source = unit.scoped(
         select(
-            target.c.chat_id,
-            target.c.position,
+            messages.c.chat_id,
+            messages.c.position,
             following,
             literal(tool_call_index, Integer()),
             literal(chunk, ArchiveText()),
-            target.c.chat_user_id,
-        ),
+            messages.c.chat_user_id,
+        )
+        .join(chats, chats.c.chat_id == messages.c.chat_id)
+        .where(messages.c.chat_id == chat_id, messages.c.uid == message_uid, messages.c.completed.is_(False))
     )
-    # One statement: no savepoint needed, it changes all or nothing.
-    with unit.reading():
-        inserted = unit.execute(statement.returning(message_chunks.c.position)).first()
+    if unit.backend.locks_rows_it_inserts_from(unit.connection):
+        statement = insert(message_chunks).from_select(_CHUNK_COLUMNS, source.with_for_update(**_KEY_SHARE))
+        # One statement: no savepoint needed, it changes all or nothing.
+        with unit.reading():
+            inserted = unit.execute(statement.returning(message_chunks.c.position)).first()
+    else:
+        with unit.writing():
+            locked = unit.execute(
+                select(messages.c.position)
+                .where(messages.c.chat_id == chat_id, messages.c.uid == message_uid)
+                .with_for_update(**_KEY_SHARE)
+            ).first()
+            statement = insert(message_chunks).from_select(_CHUNK_COLUMNS, source)
+            inserted = (
+                None
+                if locked is None
+                else unit.execute(statement.returning(message_chunks.c.position)).first()
+            )
     if inserted is None:
         _explain_missing_message(unit, chat_id, message_uid)
+
+
+_CHUNK_COLUMNS = ["chat_id", "message_position", "position", "tool_call_index", "text", "chat_user_id"]
+_KEY_SHARE: dict[str, Any] = {"read": True, "key_share": True, "of": messages}
 
 
 def _check_tool_call_index(unit: Unit, /, chat_id: str, index: object) -> None:

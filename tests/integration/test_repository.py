@@ -856,6 +856,13 @@ def test_collection_and_yes_no_arguments_of_the_wrong_kind_are_refused(repo: Cha
     assert repo.get_many(["x", "y"]) == []
 
 
+def test_chat_ids_gives_every_id_unless_asked_for_a_page(repo: ChatRepository) -> None:
+    repo.save_many({"chat_id": f"c{index:03d}", "messages": []} for index in range(130))
+    everything = repo.chat_ids()
+    assert everything == [f"c{index:03d}" for index in range(130)]
+    assert repo.chat_ids(limit=50, after="c099") == everything[100:]
+
+
 def test_list_chats_pages_newest_first(repo: ChatRepository) -> None:
     for index in range(7):
         doc = tool_chat(

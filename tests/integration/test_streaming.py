@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -420,3 +421,44 @@ def test_the_async_archive_migrates_and_toggles_security(empty_database: URL, di
             assert await aarchive.current_revision() is None
 
     asyncio.run(scenario())
+
+
+def test_a_chunk_lands_on_the_message_it_names_while_that_message_is_deleted(
+    pg_archive: tuple[ChatArchive, str],
+) -> None:
+    """A chunk whose insert is slow (a trigger sleeps) while the message it
+    names is deleted and a new message begun at its position lands on its own
+    message (and goes with it), or is refused: never on the new message."""
+    archive, _ = pg_archive
+    archive.save({"chat_id": "c", "messages": [{"role": "user", "content": "Why?"}]})
+    named = archive.begin_message("c", uid="X")
+    with archive.engine.begin() as connection:
+        connection.execute(
+            text(
+                "CREATE FUNCTION slow_chunk() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "IF NEW.text = 'late' THEN PERFORM pg_sleep(1); END IF; RETURN NEW; END $$"
+            )
+        )
+        connection.execute(
+            text(
+                "CREATE TRIGGER slow BEFORE INSERT ON message_chunks FOR EACH ROW EXECUTE FUNCTION slow_chunk()"
+            )
+        )
+    outcome: list[object] = []
+
+    def late_chunk() -> None:
+        try:
+            archive.append_chunk("c", named.uid, "late")
+            outcome.append("stored")
+        except InvalidArgument as exc:
+            outcome.append(exc)
+
+    writer = threading.Thread(target=late_chunk)
+    writer.start()
+    time.sleep(0.3)  # the chunk's insert is in the trigger's sleep
+    archive.truncate("c", 1, delete=True)
+    began = archive.begin_message("c", uid="Y")
+    writer.join()
+    archive.append_chunk("c", began.uid, "own")
+    assert outcome == ["stored"] or isinstance(outcome[0], InvalidArgument)
+    assert [message.content for message in archive.get("c").messages] == ["Why?", "own"]

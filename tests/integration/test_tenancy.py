@@ -378,3 +378,72 @@ def test_every_row_of_a_chat_carries_the_chat_s_user_through_every_write(archive
             connection.execute(text("SELECT chat_id, user_id FROM chats")).all()
         )
     assert (users["many-1"], users["scoped-1"]) == ("eve", "dee")
+
+
+def test_under_row_level_security_every_write_answers_another_users_chat_as_one_that_is_not_there(
+    server_archive: tuple[ChatArchive, str], app_role: str
+) -> None:
+    """An ordinary role under row-level security, writing as alice: each write
+    to bob's chat says what it says of a chat id nobody holds (ChatNotFound,
+    the same words but for the id), never which constraint the id met; the
+    writes that create a missing chat (save, save_many, bulk, a framework's
+    history) refuse bob's as not found. Bob's chat stays as it was."""
+    from langchain_core.messages import HumanMessage
+
+    from chatarchive.integrations.langchain import ChatArchiveMessageHistory
+
+    archive, url = server_archive
+    archive.save(tool_chat("bob-1", user_id="bob", title="bob's", feedback=[{"id": "bobs", "score": 1}]))
+    streamed = archive.begin_message("bob-1", uid="bob-streamed")
+    before = archive.get_tree("bob-1").document.model_dump()
+    archive.set_row_level_security(True)
+    first = archive.get("bob-1").messages[1].uid
+    with ChatArchive(make_url(url).set(username=app_role)) as app:
+        alice = app.for_user("alice")
+        writes: list[Callable[[str], object]] = [
+            lambda chat: alice.append(chat, [{"role": "user", "content": "hi"}]),
+            lambda chat: alice.append(chat, []),
+            lambda chat: alice.begin_message(chat),
+            lambda chat: alice.append_chunk(chat, streamed.uid, "x"),
+            lambda chat: alice.complete_message(chat, streamed.uid),
+            lambda chat: alice.add_feedback(chat, {"score": -1}),
+            lambda chat: alice.delete_feedback(chat, "bobs"),
+            lambda chat: alice.update(chat, title="mine now"),
+            lambda chat: alice.truncate(chat, 1),
+            lambda chat: alice.regenerate(chat, first, [{"role": "assistant", "content": "no"}]),
+            lambda chat: alice.edit(chat, first, "edited"),
+            lambda chat: alice.set_active_leaf(chat, first),
+            lambda chat: alice.delete(chat),
+        ]
+        for write in writes:
+            answers = []
+            for chat in ("bob-1", "nobody-1"):
+                with pytest.raises(ChatArchiveError) as raised:
+                    write(chat)
+                answers.append((type(raised.value), str(raised.value).replace(chat, "ID")))
+            assert answers[0] == answers[1]
+            assert answers[0][0] is ChatNotFound
+        creating: list[Callable[[], object]] = [
+            lambda: alice.save(tool_chat("bob-1")),
+            lambda: alice.save_many([tool_chat("bob-1")]),
+            lambda: alice.save_many([tool_chat("alice-1"), tool_chat("bob-1"), tool_chat("alice-2")]),
+            lambda: alice.save_many([tool_chat("bob-1")], writers=2),
+            lambda: ChatArchiveMessageHistory(alice, "bob-1").add_messages([HumanMessage("hi")]),
+        ]
+        for create in creating:
+            with pytest.raises(ChatNotFound, match="chat 'bob-1' not found"):
+                create()
+        errors: list[tuple[int, ChatArchiveError]] = []
+        saved = alice.save_many(
+            [tool_chat("alice-1"), tool_chat("bob-1"), tool_chat("alice-2")],
+            on_error=lambda index, error: errors.append((index, error)),
+        )
+        assert saved == 2
+        assert [(index, type(error), str(error)) for index, error in errors] == [
+            (1, ChatNotFound, "chat 'bob-1' not found")
+        ]
+    # The table owner (no row-level security for it), as alice: the same answer.
+    with pytest.raises(ChatNotFound, match="chat 'bob-1' not found"):
+        archive.for_user("alice").save_many([tool_chat("bob-1")], bulk=True)
+    archive.set_row_level_security(False)
+    assert archive.get_tree("bob-1").document.model_dump() == before

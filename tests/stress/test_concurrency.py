@@ -367,3 +367,53 @@ def test_a_hundred_concurrent_streams_in_one_event_loop(own_archive: tuple[ChatA
     assert len(documents) == streams
     assert all(doc.messages[1].content == expected and doc.messages[1].completed for doc in documents)
     print(f"\n{streams * chunks} chunks in {elapsed:.2f} s: {streams * chunks / elapsed:.0f} chunks/s")
+
+
+def _write_to_users_chats(url: str, worker: int, seconds: float, errors: Any) -> None:
+    """Append to and give feedback on user u's chats, whichever exist, until the time is up."""
+    archive = ChatArchive(url)
+    deadline = time.monotonic() + seconds
+    number = 0
+    while time.monotonic() < deadline:
+        chat_id = f"u-{(worker * 7 + number) % 6}"
+        number += 1
+        try:
+            (message,) = archive.append(chat_id, [{"role": "user", "content": f"w{worker} {number}"}])
+            archive.add_feedback(chat_id, {"score": 1, "message_uid": message.uid})
+        except ChatArchiveError as exc:
+            if "not found" not in str(exc):  # erased meanwhile: as expected
+                errors.put(f"{type(exc).__name__}: {exc}")
+    archive.close()
+
+
+def test_erasing_a_user_while_others_write_to_the_users_chats_never_deadlocks(
+    server_archive: tuple[ChatArchive, str],
+) -> None:
+    """delete_user locks the user's chats in id order before it deletes any of
+    their rows: the appends and feedback that hold one chat each make it wait,
+    never deadlock with it."""
+    archive, url = server_archive
+    seconds = 4.0
+    context = multiprocessing.get_context("spawn")
+    errors = context.Queue()
+    writers = [
+        context.Process(target=_write_to_users_chats, args=(url, worker, seconds, errors))
+        for worker in range(3)
+    ]
+    for writer in writers:
+        writer.start()
+    erased = 0
+    deadline = time.monotonic() + seconds
+    failures: list[str] = []
+    while time.monotonic() < deadline:
+        archive.save_many(tool_chat(f"u-{number}", user_id="u") for number in range(6))
+        try:
+            erased += archive.delete_user("u")
+        except ChatArchiveError as exc:
+            failures.append(f"{type(exc).__name__}: {exc}")
+    for writer in writers:
+        writer.join()
+    while not errors.empty():
+        failures.append(errors.get())
+    assert failures == []
+    assert erased > 0

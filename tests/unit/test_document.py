@@ -217,6 +217,12 @@ BAD_DOCUMENTS: list[tuple[Any, dict[str, Any], str]] = [
         "more than 4300 digits",
     ),
     ({"chat_id": "c", "metadata": {"x": {1: "int key"}}}, {"field": "metadata.x"}, "not a string"),
+    # Token counts are summed by analytics: a negative one would make a sum lie.
+    (
+        {"chat_id": "c", "messages": [{"role": "assistant", "usage": {"prompt_tokens": -5}}]},
+        {"message_index": 0, "field": "usage.prompt_tokens"},
+        "greater than or equal to 0",
+    ),
     (
         {"chat_id": "c", "messages": [{"role": "user", "extra": object()}]},
         {"message_index": 0, "field": "extra"},
