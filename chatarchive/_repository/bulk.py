@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import delete as delete_rows
 
-from chatarchive._backends import BulkLoad
+from chatarchive._backends import BulkLoad, database_errors
 from chatarchive._exceptions import (
     ChatArchiveError,
     ChatNotFound,
@@ -191,8 +191,10 @@ def _end(unit: Unit, /, *, opened: _Opened) -> None:
 
 def _abandon(unit: Unit, /, *, opened: _Opened) -> None:
     """After a failure: back to where save_many began (with ``savepoints``),
-    or at least to before the bulk load, with what it took away in place again."""
-    with unit.reading():
+    or at least to before the bulk load, with what it took away in place again.
+    Nothing is sent before the rollbacks: the failure may have aborted the
+    transaction, where any other statement fails and hides the first error."""
+    with database_errors():
         for savepoint in (opened.bulk, opened.savepoint):
             if savepoint is not None and savepoint.is_active:
                 savepoint.rollback()

@@ -95,6 +95,20 @@ def test_search_finds_words_in_every_script(languages: ChatArchive, query: str, 
     assert sorted(found(languages, query)) == sorted(expected)
 
 
+def test_accents_composed_or_not_find_each_other(archive: ChatArchive) -> None:
+    composed, decomposed = "Un café crème", unicodedata.normalize("NFD", "Un café crème")
+    archive.save_many(
+        [
+            {"chat_id": "nfc", "messages": [{"role": "user", "content": composed}]},
+            {"chat_id": "nfd", "messages": [{"role": "user", "content": decomposed}]},
+        ]
+    )
+    for query in ("café", unicodedata.normalize("NFD", "café"), '"café crème"'):
+        assert sorted(found(archive, query)) == [("nfc", 0), ("nfd", 0)], query
+    assert {hit.snippet for hit in archive.search("crème")} == {"Un café «crème»"}
+    assert archive.get("nfd").messages[0].content == decomposed  # stored as it came
+
+
 def test_a_snippet_marks_what_matched_in_the_text_as_written(languages: ChatArchive) -> None:
     (hit,) = languages.search("特异性 PCR")
     assert hit.snippet == "为什么«PCR»会出现非«特异性»条带？"

@@ -447,3 +447,36 @@ def test_under_row_level_security_every_write_answers_another_users_chat_as_one_
         archive.for_user("alice").save_many([tool_chat("bob-1")], bulk=True)
     archive.set_row_level_security(False)
     assert archive.get_tree("bob-1").document.model_dump() == before
+
+
+def test_a_bulk_load_by_a_role_that_does_not_own_the_tables_says_why_it_cannot(
+    server_archive: tuple[ChatArchive, str], app_role: str
+) -> None:
+    """A bulk load drops and re-creates keys and indexes, which only the
+    tables' owner may: the error says so (the database's first error), not
+    that the transaction was aborted by it, and nothing is saved. (A
+    distributed archive keeps its keys and indexes: the role may bulk load.)"""
+    archive, url = server_archive
+    distributed = archive.distribution().distributed
+    archive.set_row_level_security(True)
+    with ChatArchive(make_url(url).set(username=app_role)) as app:
+        alice = app.for_user("alice")
+        for load in (
+            lambda: alice.save_many([tool_chat("a"), tool_chat("b")], bulk=True),
+            lambda: asyncio.run(_bulk_load_as(alice.engine.url, "alice")),
+        ):
+            if distributed:
+                assert load() == 2
+                continue
+            with pytest.raises(ChatArchiveError) as raised:
+                load()
+            assert "must be owner" in str(raised.value)
+            assert "aborted" not in str(raised.value)
+        assert alice.save_many([tool_chat("a"), tool_chat("b")]) == 2  # without bulk, the role may
+    archive.set_row_level_security(False)
+    assert archive.count_chats() == 2
+
+
+async def _bulk_load_as(url: Any, user_id: str) -> int:
+    async with AsyncChatArchive(url) as archive:
+        return await archive.for_user(user_id).save_many([tool_chat("a"), tool_chat("b")], bulk=True)
