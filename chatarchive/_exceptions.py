@@ -120,7 +120,16 @@ class SchemaNotReady(ChatArchiveError):
 
 class DatabaseError(ChatArchiveError):
     """Raised for any other failure reported by the database (connection lost,
-    timeout, permission denied, ...). The driver's error is the ``__cause__``."""
+    timeout, permission denied, ...). The driver's error is the ``__cause__``.
+
+    ``lasting`` is true for a failure that no retry of the same write can mend
+    (the disk is full, the database is read-only, the role may not write):
+    ``save_many`` raises it at once, even with ``on_error``, instead of
+    trying every document again on its own."""
+
+    def __init__(self, message: str, *, lasting: bool = False) -> None:
+        self.lasting = lasting
+        super().__init__(message)
 
 
 class UsageError(ChatArchiveError):

@@ -103,4 +103,14 @@ def _translated(orig: BaseException | None, *, lost: bool) -> ChatArchiveError:
     what = "database connection lost" if lost else "database error"
     sqlstate = getattr(orig, "sqlstate", None)
     code = f" [{sqlstate}]" if isinstance(sqlstate, str) else ""
-    return DatabaseError(f"{what}{code}: {summary}")
+    errorname = getattr(orig, "sqlite_errorname", None)
+    lasting = (isinstance(sqlstate, str) and sqlstate.startswith(_LASTING_STATES)) or (
+        isinstance(errorname, str) and errorname.startswith(_LASTING_SQLITE_ERRORS)
+    )
+    return DatabaseError(f"{what}{code}: {summary}", lasting=lasting)
+
+
+#: What no retry mends: insufficient resources (a full disk, out of memory or
+#: connections, 53), a read-only transaction (25006), no privilege (42501).
+_LASTING_STATES = ("53", "25006", "42501")
+_LASTING_SQLITE_ERRORS = ("SQLITE_FULL", "SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_IOERR")

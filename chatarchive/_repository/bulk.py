@@ -20,6 +20,7 @@ from chatarchive._exceptions import (
     ChatArchiveError,
     ChatNotFound,
     ConflictError,
+    DatabaseError,
     InvalidArgument,
     InvalidDocument,
 )
@@ -239,8 +240,8 @@ def write_rows(
         except ChatArchiveError as exc:
             error = exc
         break
-    if on_error is None:
-        raise error
+    if on_error is None or (isinstance(error, DatabaseError) and error.lasting):
+        raise error  # (a lasting failure is no document's: the next would meet it too)
     if len(documents) == 1:
         ((index, _),) = documents.values()
         on_error(index, error)

@@ -903,6 +903,33 @@ def test_import_with_writers_indexes_text_in_every_script(run: Run, tmp_path: Pa
     assert hits
 
 
+def test_an_import_into_a_read_only_database_stops_at_the_first_error_and_says_it_once(
+    run: Run, tmp_path: Path, empty_database: URL
+) -> None:
+    """No retry mends a database that refuses every write (read-only, a full
+    disk, no privilege): the import stops there, in one line, instead of
+    trying and reporting every chat on its own."""
+    run("db", "upgrade")
+    path = write(
+        tmp_path / "chats.jsonl", "\n".join(json.dumps(doc, default=str) for doc in generate_chats(40, 4))
+    )
+    if empty_database.get_backend_name() == "sqlite":
+        read_only = f"sqlite:///file:{empty_database.database}?mode=ro&uri=true"
+    else:
+        engine = create_engine(empty_database)
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+            connection.exec_driver_sql(
+                f'ALTER DATABASE "{empty_database.database}" SET default_transaction_read_only = on'
+            )
+        engine.dispose()
+        read_only = empty_database.render_as_string(hide_password=False)
+    result = invoke(read_only, "import", "--batch-size", "5", path, expect=1)
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if "read-only" in line or "readonly" in line]
+    assert len(errors) == 1, result.stderr
+    assert "chats.jsonl:" not in result.stderr  # no chat is at fault
+
+
 @pytest.mark.parametrize("strict", [False, True], ids=["batches", "strict"])
 def test_an_interrupted_import_says_what_it_kept(run: Run, empty_database: URL, strict: bool) -> None:
     run("db", "upgrade")

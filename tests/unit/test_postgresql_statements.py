@@ -3,9 +3,14 @@ escaping are written into the SQL, everything else is sent as a parameter."""
 
 from __future__ import annotations
 
+import psycopg
+import pytest
 from sqlalchemy import literal, select
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.exc import DBAPIError
 
+from chatarchive import DatabaseError
+from chatarchive._backends import database_errors
 from chatarchive._backends.postgresql import _prepared
 
 DIALECT = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
@@ -19,3 +24,18 @@ def test_plain_constants_are_written_into_the_sql_and_the_rest_is_sent() -> None
     # A negative number after a minus would start a comment; a quote or a space needs escaping: sent instead.
     assert sorted(fixed.values(), key=str) == [-2, "it's", "two words"]
     assert sql.count("%(") == 3
+
+
+def test_a_full_disk_a_read_only_database_or_no_privilege_is_a_lasting_failure() -> None:
+    def raised(error: Exception) -> DatabaseError:
+        with pytest.raises(DatabaseError) as caught, database_errors():
+            raise DBAPIError("INSERT", {}, error)
+        return caught.value
+
+    for lasting in (
+        psycopg.errors.DiskFull("could not extend file: No space left on device"),
+        psycopg.errors.ReadOnlySqlTransaction("cannot execute INSERT in a read-only transaction"),
+        psycopg.errors.InsufficientPrivilege("permission denied for table chats"),
+    ):
+        assert raised(lasting).lasting, lasting
+    assert not raised(psycopg.errors.QueryCanceled("canceling statement due to statement timeout")).lasting
