@@ -412,6 +412,7 @@ class AsyncChatArchive(ChatOperations, ArchiveOperations, _Archive[AsyncEngine],
     async def _connected(self, instruction: Connected[_T]) -> _T:
         if instruction.schema:
             await self._require_schema()
+        await _first_connection(self._engine)
         engine = self._writer if instruction.transaction else self._engine
         try:
             with database_errors():
@@ -427,11 +428,36 @@ class AsyncChatArchive(ChatOperations, ArchiveOperations, _Archive[AsyncEngine],
     async def _require_schema(self) -> None:
         if self._schema_ready:
             return
+        await _first_connection(self._engine)
         require_archive_file(self.url)
         with database_errors():
             async with self._engine.connect() as connection:
                 current = await connection.run_sync(stored_revision)
         self._schema_checked(current)
+
+
+async def _first_connection(engine: AsyncEngine) -> None:
+    """Make the engine's first connection, one engine at a time in the
+    process, unless it has one already. SQLAlchemy sets a pool's first
+    connection up under an asyncio lock, which belongs to the event loop that
+    first waits on it: loops of other threads connecting at the same moment
+    failed ("bound to a different event loop") or waited for ever. The
+    process-wide lock is waited for in a thread, not in the event loop."""
+    if engine.sync_engine in _CONNECTED_ONCE:
+        return
+    await asyncio.to_thread(_FIRST_CONNECTIONS.acquire)
+    try:
+        if engine.sync_engine not in _CONNECTED_ONCE:
+            with database_errors():
+                async with engine.connect():
+                    pass
+            _CONNECTED_ONCE.add(engine.sync_engine)
+    finally:
+        _FIRST_CONNECTIONS.release()
+
+
+_FIRST_CONNECTIONS = threading.Lock()
+_CONNECTED_ONCE: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
 # -- the repositories -------------------------------------------------------------------------

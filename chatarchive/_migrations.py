@@ -10,10 +10,11 @@ a database is ready is read without it.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from sqlalchemy import URL, Connection, Engine, inspect, text
 
@@ -121,7 +122,20 @@ def render(
 def _direction(up: bool) -> Callable[..., None]:
     from alembic import command
 
-    return command.upgrade if up else command.downgrade
+    run = command.upgrade if up else command.downgrade
+
+    def one_at_a_time(*args: Any, **kwargs: Any) -> None:
+        with _ALEMBIC:
+            run(*args, **kwargs)
+
+    return one_at_a_time
+
+
+#: Alembic runs a migration through module-level proxies (``alembic.context``,
+#: ``alembic.op``) that name the one migration under way: two at once in a
+#: process (archives upgraded from two threads, or two event loops) took each
+#: other's, and failed with a KeyError.
+_ALEMBIC = threading.Lock()
 
 
 @contextmanager

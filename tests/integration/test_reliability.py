@@ -16,6 +16,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
 from chatarchive import (
+    AsyncChatArchive,
     ChatArchive,
     ChatArchiveError,
     ChatDocument,
@@ -385,3 +386,39 @@ def test_a_read_on_a_connection_the_server_dropped_is_retried(
         assert killed is not None
         assert killed[0] >= 1
         assert read() == expected
+
+
+def test_one_async_archive_serves_event_loops_one_after_another_and_side_by_side(
+    empty_database: URL,
+) -> None:
+    """An AsyncChatArchive made outside any loop is used by ``asyncio.run``
+    twice, then by threads each running a loop of its own, the first calls of
+    which migrate the database at the same moment."""
+    shared = AsyncChatArchive(empty_database)
+
+    async def use(number: int) -> str:
+        await shared.upgrade()
+        await shared.save({"chat_id": f"c{number}", "messages": [{"role": "user", "content": "hi"}]})
+        return (await shared.get(f"c{number}")).chat_id
+
+    start = threading.Barrier(4)
+    found: list[str] = []
+    failed: list[BaseException] = []
+
+    def in_a_loop_of_its_own(number: int) -> None:
+        start.wait()
+        try:
+            found.append(asyncio.run(asyncio.wait_for(use(number), 60)))
+        except BaseException as exc:
+            failed.append(exc)
+
+    threads = [threading.Thread(target=in_a_loop_of_its_own, args=(number,)) for number in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failed == []
+    assert sorted(found) == ["c0", "c1", "c2", "c3"]
+    assert asyncio.run(asyncio.wait_for(use(4), 60)) == "c4"
+    assert asyncio.run(asyncio.wait_for(use(5), 60)) == "c5"
+    asyncio.run(shared.close())
