@@ -228,10 +228,13 @@ class Tokenizer:
             pass
         missing = list({word for word in words if word not in stems})
         found = dict(zip(missing, self._stem(missing), strict=True))
+        # The stems of the words already seen are in ``stems``, which no thread empties.
+        stemmed = [found[word] if word in found else stems[word] for word in words]
         if len(stems) + len(found) > _STEMS_KEPT:
-            self._stems = stems = {}
-        stems.update(found)
-        return [found[word] if word in found else stems[word] for word in words]
+            self._stems = found  # full: start again from these
+        else:
+            stems.update(found)
+        return stemmed
 
     def _stem(self, words: list[str]) -> list[str]:
         """The stems of ``words``, by this thread's own stemmer."""

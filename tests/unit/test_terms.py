@@ -269,3 +269,12 @@ def test_threads_that_tokenize_a_processs_first_texts_get_the_references_terms()
         """
     )
     subprocess.run([sys.executable, "-c", script], check=True)
+
+
+def test_a_tokenizer_whose_stems_fill_up_starts_again_and_gives_the_same_terms(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("chatarchive._terms._STEMS_KEPT", 50)
+    tokenizer = Tokenizer("english", "bigram")
+    for text in workload_texts(3):
+        assert tokenizer.terms(text) == reference_terms(unicodedata.normalize("NFC", text))
