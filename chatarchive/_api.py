@@ -412,7 +412,8 @@ class AsyncChatArchive(ChatOperations, ArchiveOperations, _Archive[AsyncEngine],
     async def _connected(self, instruction: Connected[_T]) -> _T:
         if instruction.schema:
             await self._require_schema()
-        await _first_connection(self._engine)
+        elif instruction.changes_schema:  # (connecting to a SQLite file that is not there creates it)
+            await _first_connection(self._engine)
         engine = self._writer if instruction.transaction else self._engine
         try:
             with database_errors():
@@ -428,8 +429,8 @@ class AsyncChatArchive(ChatOperations, ArchiveOperations, _Archive[AsyncEngine],
     async def _require_schema(self) -> None:
         if self._schema_ready:
             return
-        await _first_connection(self._engine)
         require_archive_file(self.url)
+        await _first_connection(self._engine)
         with database_errors():
             async with self._engine.connect() as connection:
                 current = await connection.run_sync(stored_revision)

@@ -307,8 +307,10 @@ class _Text:
                 raise self.broken(exc.msg, self.pos + into_value) from None
             except ValueError:
                 raise self.broken(_too_long_a_number(), self.pos) from None
+            length = end - self.pos
             if end < len(self.text) or not self._read_on():  # a number may go on
-                self.pos = end
+                # Reading on that found the end may have moved the window to start at the value.
+                self.pos += length
                 return value
 
     def _read_on(self) -> bool:

@@ -461,10 +461,11 @@ def test_a_bulk_load_by_a_role_that_does_not_own_the_tables_says_why_it_cannot(
     archive.set_row_level_security(True)
     with ChatArchive(make_url(url).set(username=app_role)) as app:
         alice = app.for_user("alice")
-        for load in (
+        loads: list[Callable[[], int]] = [
             lambda: alice.save_many([tool_chat("a"), tool_chat("b")], bulk=True),
             lambda: asyncio.run(_bulk_load_as(alice.engine.url, "alice")),
-        ):
+        ]
+        for load in loads:
             if distributed:
                 assert load() == 2
                 continue

@@ -13,7 +13,7 @@ from typing import Any
 from unittest.mock import patch
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from chatarchive import _jsonio
@@ -199,6 +199,9 @@ def test_any_list_is_read_the_same_in_any_pieces(
     st.integers(min_value=1, max_value=24),
     st.floats(min_value=0, max_value=1, exclude_max=True),
 )
+# An item read to its end in a window that then moved to start at it: the
+# reader's place was counted from the old window's start (column 39, not 37).
+@example([{"chat_id": "c"}, {"chat_id": "c"}, {"": [None, None], "chat_id": "c"}], None, 7, 22, 0.5)
 def test_a_cut_list_is_reported_where_json_loads_reports_it(
     docs: list[dict[str, Any]], indent: int | None, piece: int, read: int, where: float
 ) -> None:
