@@ -26,9 +26,10 @@ A term's place in the text (its position) is kept, so that a phrase matches
 its terms in a row. Ranking and snippets come from the same terms, so they
 agree between the databases.
 
-A text's terms are found by a few passes of regular expressions and Unicode
-normalization over the whole text (``Tokenizer.terms``), not by steps per
-word: indexing is most of what a write with search on costs. A tokenizer is
+A text's terms are cut out of the whole text at once (``Tokenizer.terms``,
+by array operations: see ``_scan``), not by steps per word: indexing is most
+of what a write with search on costs. ``Tokenizer.spans``, which snippets
+use, splits piece by piece and gives the same terms. A tokenizer is
 shared by every thread of a process: the stems it has seen are kept in a
 dictionary that threads only add to, and each thread stems with a stemmer of
 its own (a Snowball stemmer keeps its state while it works).
@@ -184,16 +185,19 @@ class Tokenizer:
         words = found.words
         if found.is_word is None:
             return self._stems_of(_short(list(filter(None, words)))[:MAX_TERMS])
-        valid = [0 < len(word) <= MAX_TERM_CHARACTERS for word in words]
         terms = np.empty(len(found.is_word), object)
-        terms[found.is_word] = self._stems_of(
-            words if all(valid) else [w if ok else "" for w, ok in zip(words, valid, strict=True)]
-        )
         terms[~found.is_word] = found.others
-        if not all(valid):
+        if words and (min(map(len, words)) == 0 or max(map(len, words)) > MAX_TERM_CHARACTERS):
+            # A word that normalization emptied, or too long to be a term: not one.
+            valid = np.array([0 < len(word) <= MAX_TERM_CHARACTERS for word in words], np.bool_)
+            terms[found.is_word] = self._stems_of(
+                [w if ok else "" for w, ok in zip(words, valid, strict=True)]
+            )
             keep = np.ones(len(terms), np.bool_)
-            keep[np.flatnonzero(found.is_word)[~np.array(valid, np.bool_)]] = False
+            keep[np.flatnonzero(found.is_word)[~valid]] = False
             terms = terms[keep]
+        else:
+            terms[found.is_word] = self._stems_of(words)
         listed: list[str] = terms[:MAX_TERMS].tolist()
         return listed
 

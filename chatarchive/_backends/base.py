@@ -229,9 +229,10 @@ class Backend(ABC):
         """Bring a distributed archive's rows back to one server (``citus``)."""
         return Distribution()
 
-    def locks_rows_it_inserts_from(self, connection: Connection) -> bool:
-        """Whether an ``INSERT ... SELECT`` may lock the rows it reads
-        (``FOR KEY SHARE``); otherwise they are locked by a statement before it."""
+    def locks_rows_in_any_statement(self, connection: Connection) -> bool:
+        """Whether any statement may lock the rows it reads (``FOR UPDATE``
+        over many rows, ``FOR KEY SHARE`` in an ``INSERT ... SELECT``);
+        otherwise only a ``SELECT`` of rows of one shard may (Citus)."""
         return True
 
     def owned_tables(self) -> list[Any]:

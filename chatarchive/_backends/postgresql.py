@@ -379,7 +379,7 @@ class PostgreSQL(Backend):
     def terms_value(self, terms: Sequence[str]) -> Any:
         return tsvector_literal(terms)
 
-    def locks_rows_it_inserts_from(self, connection: Connection) -> bool:
+    def locks_rows_in_any_statement(self, connection: Connection) -> bool:
         # Citus refuses any row lock in a distributed query but a single
         # SELECT's: asked once per connection, whether Citus is loaded.
         citus = connection.info.get(_CITUS_LOADED)

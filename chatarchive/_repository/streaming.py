@@ -173,7 +173,7 @@ def append_chunk(
         .join(chats, chats.c.chat_id == messages.c.chat_id)
         .where(messages.c.chat_id == chat_id, messages.c.uid == message_uid, messages.c.completed.is_(False))
     )
-    if unit.backend.locks_rows_it_inserts_from(unit.connection):
+    if unit.backend.locks_rows_in_any_statement(unit.connection):
         statement = insert(message_chunks).from_select(_CHUNK_COLUMNS, source.with_for_update(**_KEY_SHARE))
         # One statement: no savepoint needed, it changes all or nothing.
         with unit.reading():
