@@ -1,51 +1,32 @@
 """Adapters between chatarchive's documents and the formats chat systems already speak.
 
-Each adapter converts to and from ``ChatDocument`` only (never
-to rows), in its own module, with the same three functions:
-
-- ``looks_like(data) -> bool``: whether a parsed JSON value is in this format;
-- ``to_document(data) -> ChatDocument``: import (raises ``InvalidDocument``);
-- ``from_document(doc) -> Any``: export, a JSON-ready value.
-
-``FORMATS`` describes each format, and ``matrix()`` says what each one can
-do: import, export, record (the API method that appends one response of
-that API to a chat) and convert (to OpenAI chat-completions messages, the
-``chat-completions`` export).
+Each adapter converts to and from ``ChatDocument`` only (never to rows), in
+its own module, which declares what it does in ``FORMATS``: one
+:class:`Format` record per format name (what a record is, how it is
+recognized, imported and exported, which API method records one of its
+responses, the objects that look like its records but are not). This package
+collects them: ``FORMATS`` holds every record, ``detect`` tries them in their
+detection order, and ``matrix()`` says what each one can do: import, export,
+record and convert (to OpenAI chat-completions messages, the
+``chat-completions`` export). Adding a format is adding one module.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, TypeVar
 
 from chatarchive._arguments import require_text
 from chatarchive._document import ChatDocument
 from chatarchive._exceptions import InvalidArgument, InvalidDocument
 
-from . import (
-    anthropic,
-    canonical,
-    chat_completions,
-    chatgpt,
-    claude_ai,
-    finetune,
-    gemini,
-    langchain,
-    llama_index,
-    malevich,
-    masterbrain,
-    open_webui,
-    openai_completions,
-    openai_messages,
-    openai_responses,
-    preference,
-    pydantic_ai,
-    sharegpt,
-)
+from . import anthropic, openai_completions
+from ._format import FAMILIES, Format, NearMiss
 from ._shapes import kind_of
 from .finetune import Filters, Selection
 
@@ -67,112 +48,56 @@ __all__ = [
 
 R = TypeVar("R")
 
-#: Formats in the order auto-detection tries them, the most specific first:
-#: an object with a ``messages`` list is a canonical document unless it is
-#: a fine-tuning line or an Anthropic request, and no other format's key
-#: (``conversations``, ``main_messages``...) makes it one of theirs.
-IMPORT_FORMATS = {
-    "openai-finetune": finetune,
-    "anthropic": anthropic,
-    "openai-responses": openai_responses,
-    "openai-completion": openai_completions,
-    "canonical": canonical,
-    "masterbrain": masterbrain,
-    "chatgpt": chatgpt,
-    "claude-ai": claude_ai,
-    "open-webui": open_webui,
-    "langchain": langchain,
-    "pydantic-ai": pydantic_ai,
-    "llama-index": llama_index,
-    "gemini": gemini,
-    "sharegpt": sharegpt,
-    "malevich": malevich,
-    "openai": openai_messages,
+
+def _collected() -> dict[str, Format]:
+    """Every format module's records, in the order the documentation lists
+    them: by family, then by name."""
+    records: list[Format] = []
+    for module in pkgutil.iter_modules(__path__):
+        if not module.name.startswith("_"):
+            records.extend(importlib.import_module(f"{__name__}.{module.name}").FORMATS)
+    records.sort(key=lambda record: (FAMILIES.index(record.family), record.name))
+    named = {record.name: record for record in records}
+    if len(named) != len(records):
+        raise RuntimeError("two format modules declare the same format name")
+    return named
+
+
+#: Every format, in the order the documentation lists them.
+FORMATS: dict[str, Format] = _collected()
+
+#: The formats imported, in the order auto-detection tries them, the most
+#: specific first: an object with a ``messages`` list is a canonical document
+#: unless it is a fine-tuning line or an Anthropic request, and no other
+#: format's key (``conversations``, ``main_messages``...) makes it one of theirs.
+IMPORT_FORMATS: dict[str, Format] = {
+    record.name: record
+    for record in sorted(
+        (record for record in FORMATS.values() if record.imports), key=lambda record: record.detection or 0
+    )
 }
 
-
-def _active_path(exporter: Callable[[ChatDocument], Any]) -> Callable[[ChatDocument], Any]:
-    """``exporter``, for a format that holds one path: given the active path."""
-
-    def export(doc: ChatDocument) -> Any:
-        return exporter(doc.path_document())
-
-    return export
-
-
-#: The exporters. ``canonical`` and ``chatgpt`` write the whole tree; the
-#: other formats hold one path, and write the active one.
+#: The exporters of documents, each given a stored document: formats that
+#: hold one path are given its active path.
 EXPORT_FORMATS: dict[str, Callable[[ChatDocument], Any]] = {
-    "canonical": canonical.from_document,
-    "openai": _active_path(openai_messages.from_document),
-    "masterbrain": _active_path(masterbrain.from_document),
-    "malevich": _active_path(malevich.from_document),
-    "sharegpt": _active_path(sharegpt.from_document),
-    "chatgpt": chatgpt.from_document,
-    "claude-ai": claude_ai.from_document,
-    "open-webui": open_webui.from_document,
-    "langchain": _active_path(langchain.from_document),
-    "pydantic-ai": _active_path(pydantic_ai.from_document),
-    "llama-index": _active_path(llama_index.from_document),
-    "gemini": _active_path(gemini.from_document),
-    "anthropic": _active_path(anthropic.from_document),
-    "openai-responses": _active_path(openai_responses.from_document),
-    "openai-finetune": _active_path(finetune.from_document),
-    "chat-completions": chat_completions.from_document,
+    name: exporter for name, record in FORMATS.items() if (exporter := record.exporter()) is not None
 }
-
 
 #: Training datasets: the lines of the chats that pass the filters, one per
 #: chat (fine-tuning) or one per preference pair.
 DATASET_FORMATS: dict[
     str, Callable[[Iterable[ChatDocument], Filters, Selection], Iterator[dict[str, Any]]]
-] = {
-    "openai-finetune": finetune.select,
-    "openai-preference": partial(preference.select, line=preference.openai_preference),
-    "dpo": partial(preference.select, line=preference.dpo),
-}
-
-
-@dataclass(frozen=True)
-class Format:
-    """What a format is, and how exactly its records come back."""
-
-    what: str
-    round_trip: str
-
-
-#: Every format, in the order the documentation lists them.
-FORMATS: dict[str, Format] = {
-    "canonical": Format("chatarchive's own document JSON", "exact, every branch"),
-    "openai": Format("a bare chat-completions message list (one chat)", "exact (messages only)"),
-    "openai-completion": Format("a chat completion, or its streamed chunks", "import only: the answer"),
-    "chat-completions": Format("any chat as the messages OpenAI's chat-completions API takes", "-"),
-    "openai-responses": Format(
-        "OpenAI Responses API input items, a Response, or its stream events", "JSON-equal"
-    ),
-    "anthropic": Format("an Anthropic Messages request, a response, or its stream events", "JSON-equal"),
-    "gemini": Format("a Gemini generateContent request, or its contents", "JSON-equal"),
-    "langchain": Format("LangChain messages (messages_to_dict or dumpd)", "JSON-equal"),
-    "pydantic-ai": Format("Pydantic AI messages, as ModelMessagesTypeAdapter writes them", "JSON-equal"),
-    "llama-index": Format("LlamaIndex ChatMessages, as model_dump writes them", "JSON-equal"),
-    "chatgpt": Format("a conversation of ChatGPT's conversations.json", "exact, every branch"),
-    "claude-ai": Format("a conversation of Claude.ai's conversations.json", "JSON-equal, every branch"),
-    "open-webui": Format("a chat of Open WebUI's export", "JSON-equal, every branch"),
-    "masterbrain": Format("an Airalogy Masterbrain ChatDoc", "exact"),
-    "malevich": Format("a list of Malevich Brain messages", "exact (timestamps as instants)"),
-    "sharegpt": Format('{"conversations": [{"from", "value"}]}', "exact"),
-    "openai-finetune": Format("OpenAI fine-tuning JSONL", "exact (the keys fine-tuning knows)"),
-    "openai-preference": Format("OpenAI preference fine-tuning JSONL", "-"),
-    "dpo": Format("DPO JSONL, as TRL reads it", "-"),
-}
+] = {name: record.dataset for name, record in FORMATS.items() if record.dataset is not None}
 
 #: The method of ``ChatArchive`` (and of the repositories) that appends one
 #: response of a format's API to a chat.
-RECORDERS = {
-    "openai-completion": "record_completion",
-    "openai-responses": "record_response",
-    "anthropic": "record_message",
-}
+RECORDERS = {name: record.record for name, record in FORMATS.items() if record.record is not None}
+
+#: Objects that are not chats, or not in a format chatarchive imports, by
+#: their signature: what each one looks like.
+_NEAR_MISSES: tuple[NearMiss, ...] = tuple(
+    miss for record in IMPORT_FORMATS.values() for miss in record.near_misses
+)
 
 
 @dataclass(frozen=True)
@@ -181,6 +106,7 @@ class Support:
 
     name: str
     what: str
+    family: str
     imports: bool
     exports: bool
     record: str | None
@@ -189,37 +115,38 @@ class Support:
 
 
 def matrix() -> list[Support]:
-    """What each format can do: read from the registries themselves, so that
+    """What each format can do: read from the formats' own records, so that
     the documentation's matrix (checked against this by a test) cannot drift.
 
     Examples:
         >>> [row.record for row in matrix() if row.name == "anthropic"]
         ['record_message']
     """
-    exported = EXPORT_FORMATS.keys() | DATASET_FORMATS.keys()
     return [
         Support(
-            name=name,
-            what=described.what,
-            imports=name in IMPORT_FORMATS,
-            exports=name in exported,
-            record=RECORDERS.get(name),
-            converts=name in IMPORT_FORMATS,  # any imported chat exports as chat-completions
-            round_trip=described.round_trip,
+            name=record.name,
+            what=record.what,
+            family=record.family,
+            imports=record.imports,
+            exports=record.exports,
+            record=record.record,
+            converts=record.imports,  # any imported chat exports as chat-completions
+            round_trip=record.round_trip,
         )
-        for name, described in FORMATS.items()
+        for record in FORMATS.values()
     ]
 
 
 def matrix_markdown() -> str:
     """The format matrix as a Markdown table (the documentation's)."""
     lines = [
-        "| format | what | import | export | record | convert | round trip |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| format | kind | what | import | export | record | convert | round trip |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in matrix():
         cells = [
             f"`{row.name}`",
+            row.family,
             row.what.replace("|", "\\|"),
             "yes" if row.imports else "-",
             "yes" if row.exports else "-",
@@ -237,51 +164,10 @@ def detect(data: Any) -> str:
     Raises:
         InvalidDocument: when no format recognizes it.
     """
-    for name, adapter in IMPORT_FORMATS.items():
-        if adapter.looks_like(data):
+    for name, record in IMPORT_FORMATS.items():
+        if record.looks_like is not None and record.looks_like(data):
             return name
     raise InvalidDocument(_not_a_chat(data))
-
-
-#: Records that are not chats, or are in a format chatarchive does not import,
-#: by their signature: what each one is.
-_SIGNATURES: tuple[tuple[Callable[[dict[str, Any]], bool], str], ...] = (
-    (
-        lambda d: str(kind_of(d) or "").startswith("response."),
-        "an OpenAI Responses API stream event: a stream's events import together, from response.created "
-        "to response.completed (a JSON list of them, or their lines in one file)",
-    ),
-    (
-        lambda d: kind_of(d) in anthropic.STREAM_EVENTS,
-        "an Anthropic Messages stream event: a stream's events import together, from message_start to "
-        "message_stop (a JSON list of them, or their lines in one file)",
-    ),
-    (
-        lambda d: d.get("type") == "message" and "content" in d,
-        "an Anthropic Messages response, but its content is not a list of blocks: use --format anthropic "
-        "once it is",
-    ),
-    (
-        lambda d: "conversations" in d,
-        "a ShareGPT record, but its 'conversations' is not a list of turns (objects with 'from')",
-    ),
-    (
-        lambda d: "main_messages" in d,
-        "a Masterbrain ChatDoc, but its 'main_messages' is not a list, or is empty with no other ChatDoc key",
-    ),
-    (
-        lambda d: "chat_messages" in d,
-        "a conversation of a Claude.ai export, but it has no 'uuid' or its 'chat_messages' is not a list",
-    ),
-    (
-        lambda d: isinstance(d.get("mapping"), dict),
-        "a ChatGPT conversation, but it has no 'current_node' (the node its user saw last)",
-    ),
-    (
-        lambda d: "contents" in d,
-        "a Gemini request, but its 'contents' is not a list of {'role', 'parts'}",
-    ),
-)
 
 
 def _stream_of(value: Any) -> tuple[str, Any] | None:
@@ -347,7 +233,7 @@ def gather_streams(
 def _not_a_chat(data: Any) -> str:
     """Why ``data`` is refused: what it looks like, or what it lacks."""
     if isinstance(data, dict):
-        for matches, what in _SIGNATURES:
+        for matches, what in _NEAR_MISSES:
             if matches(data):
                 return f"looks like {what}"
         keys = ", ".join(repr(key) for key in list(data)[:5]) + (", ..." if len(data) > 5 else "")
@@ -380,10 +266,10 @@ def to_document(data: Any, format: str = "auto") -> ChatDocument:
     again replaces its chat with the same document instead of adding a copy.
     """
     name = detect(data) if require_text(format, "format") == "auto" else format
-    adapter = IMPORT_FORMATS.get(name)
-    if adapter is None:
+    record = IMPORT_FORMATS.get(name)
+    if record is None or record.to_document is None:
         raise InvalidArgument(f"unknown import format {format!r}", argument="format")
-    document: ChatDocument = adapter.to_document(data)
+    document = record.to_document(data)
     if "chat_id" not in document.model_fields_set:
         _identify_by_content(document, data)
     return document

@@ -57,6 +57,7 @@ from typing import Any
 from chatarchive._document import ChatDocument, ContentPart, Message, ToolCall
 from chatarchive._exceptions import InvalidDocument
 
+from ._format import Format
 from ._shapes import (
     Block,
     array,
@@ -72,6 +73,7 @@ from ._shapes import (
 )
 
 __all__ = [
+    "FORMATS",
     "KEY",
     "assemble_events",
     "from_document",
@@ -522,3 +524,31 @@ def _response(message: Message) -> dict[str, Any]:
     extra = message.model_extra or {}
     response.update({key: value for key, value in extra.items() if key not in (KEY, "response_id")})
     return response
+
+
+#: This module's formats, as the registry in ``chatarchive.formats`` collects them.
+FORMATS = (
+    Format(
+        name="anthropic",
+        what="an Anthropic Messages request, a response, or its stream events",
+        round_trip="JSON-equal",
+        family="model API",
+        detection=20,
+        looks_like=looks_like,
+        to_document=to_document,
+        from_document=from_document,
+        record="record_message",
+        near_misses=(
+            (
+                lambda d: kind_of(d) in STREAM_EVENTS,
+                "an Anthropic Messages stream event: a stream's events import together, from message_start "
+                "to message_stop (a JSON list of them, or their lines in one file)",
+            ),
+            (
+                lambda d: d.get("type") == "message" and "content" in d,
+                "an Anthropic Messages response, but its content is not a list of blocks: use --format "
+                "anthropic once it is",
+            ),
+        ),
+    ),
+)

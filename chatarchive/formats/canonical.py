@@ -13,7 +13,9 @@ from typing import Any
 from chatarchive._document import ChatDocument
 from chatarchive._exceptions import InvalidDocument
 
-__all__ = ["from_document", "has_messages", "looks_like", "to_document"]
+from ._format import Format
+
+__all__ = ["FORMATS", "from_document", "has_messages", "looks_like", "to_document"]
 
 
 def looks_like(data: Any) -> bool:
@@ -36,3 +38,19 @@ def to_document(data: Any) -> ChatDocument:
 
 def from_document(doc: ChatDocument) -> Any:
     return doc.model_dump(mode="json")
+
+
+#: This module's formats, as the registry in ``chatarchive.formats`` collects them.
+FORMATS = (
+    Format(
+        name="canonical",
+        what="chatarchive's own document JSON",
+        round_trip="exact, every branch",
+        family="chatarchive",
+        detection=50,
+        looks_like=looks_like,
+        to_document=to_document,
+        from_document=from_document,
+        whole_tree=True,
+    ),
+)

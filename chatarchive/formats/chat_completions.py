@@ -32,9 +32,10 @@ from typing import Any
 
 from chatarchive._document import ChatDocument, ContentPart, Message, ToolCall
 
+from ._format import Format
 from .finetune import ROLE_ALIASES
 
-__all__ = ["Calls", "from_document", "message", "part"]
+__all__ = ["FORMATS", "Calls", "from_document", "message", "part"]
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 #: The part types each role's content takes.
@@ -317,3 +318,16 @@ def _call(call: ToolCall, calls: Calls) -> dict[str, Any] | None:
     name = converted[converted["type"]]["name"]
     calls.pending.append((call_id, name))
     return converted
+
+
+#: This module's formats, as the registry in ``chatarchive.formats`` collects them.
+FORMATS = (
+    Format(
+        name="chat-completions",
+        what="any chat as the messages OpenAI's chat-completions API takes",
+        round_trip="-",
+        family="model API",
+        from_document=from_document,
+        whole_tree=True,  # it walks the active path itself
+    ),
+)

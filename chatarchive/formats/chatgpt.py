@@ -41,10 +41,11 @@ from typing import Any
 from chatarchive._document import ChatDocument, ContentPart, Message
 from chatarchive._exceptions import LONGEST_ID, InvalidDocument
 
+from ._format import Format
 from ._seconds import time_of
 from ._shapes import kept
 
-__all__ = ["KEY", "from_document", "looks_like", "to_document"]
+__all__ = ["FORMATS", "KEY", "from_document", "looks_like", "to_document"]
 
 KEY = "chatgpt"
 
@@ -375,3 +376,25 @@ def _new_node(node_id: str, message: Message, kept: dict[str, Any], *, parent: s
         "parent": parent,
         "children": [],
     }
+
+
+#: This module's formats, as the registry in ``chatarchive.formats`` collects them.
+FORMATS = (
+    Format(
+        name="chatgpt",
+        what="a conversation of ChatGPT's conversations.json",
+        round_trip="exact, every branch",
+        family="chat product",
+        detection=70,
+        looks_like=looks_like,
+        to_document=to_document,
+        from_document=from_document,
+        whole_tree=True,
+        near_misses=(
+            (
+                lambda d: isinstance(d.get("mapping"), dict),
+                "a ChatGPT conversation, but it has no 'current_node' (the node its user saw last)",
+            ),
+        ),
+    ),
+)

@@ -33,9 +33,10 @@ from chatarchive._document import ChatDocument, Message
 from chatarchive._exceptions import LONGEST_ID, InvalidDocument
 
 from . import anthropic
+from ._format import Format
 from ._shapes import json_object, kept
 
-__all__ = ["KEY", "from_document", "looks_like", "to_document"]
+__all__ = ["FORMATS", "KEY", "from_document", "looks_like", "to_document"]
 
 KEY = "claude_ai"
 #: The parent of a conversation's first message, in exports that name parents.
@@ -248,3 +249,26 @@ def _attachment_back(block: dict[str, Any]) -> dict[str, Any]:
 
 def _file_back(block: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in block.items() if key != "type"}
+
+
+#: This module's formats, as the registry in ``chatarchive.formats`` collects them.
+FORMATS = (
+    Format(
+        name="claude-ai",
+        what="a conversation of Claude.ai's conversations.json",
+        round_trip="JSON-equal, every branch",
+        family="chat product",
+        detection=80,
+        looks_like=looks_like,
+        to_document=to_document,
+        from_document=from_document,
+        whole_tree=True,
+        near_misses=(
+            (
+                lambda d: "chat_messages" in d,
+                "a conversation of a Claude.ai export, but it has no 'uuid' or its 'chat_messages' is not "
+                "a list",
+            ),
+        ),
+    ),
+)

@@ -34,9 +34,11 @@ from chatarchive._arguments import is_real_number, optional_moment, optional_tex
 from chatarchive._document import ChatDocument, Message
 from chatarchive._exceptions import InvalidArgument, InvalidDocument
 
+from ._format import Format
 from .canonical import has_messages
 
 __all__ = [
+    "FORMATS",
     "ROLES",
     "ROLE_ALIASES",
     "Filters",
@@ -247,3 +249,19 @@ def select(docs: Iterable[ChatDocument], filters: Filters, selection: Selection)
             continue
         selection.written += 1
         yield line
+
+
+#: This module's formats, as the registry in ``chatarchive.formats`` collects them.
+FORMATS = (
+    Format(
+        name="openai-finetune",
+        what="OpenAI fine-tuning JSONL",
+        round_trip="exact (the keys fine-tuning knows)",
+        family="dataset",
+        detection=10,
+        looks_like=looks_like,
+        to_document=to_document,
+        from_document=from_document,
+        dataset=select,
+    ),
+)

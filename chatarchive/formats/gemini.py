@@ -37,9 +37,10 @@ from typing import Any
 from chatarchive._document import ChatDocument, ContentPart, Message, ToolCall, ToolFunction
 from chatarchive._exceptions import InvalidDocument
 
+from ._format import Format
 from ._shapes import Block, interleaved, json_object, kept, runs
 
-__all__ = ["KEY", "from_document", "looks_like", "to_document"]
+__all__ = ["FORMATS", "KEY", "from_document", "looks_like", "to_document"]
 
 KEY = "gemini"
 _ROLES = {"user": "user", "model": "assistant"}
@@ -281,3 +282,24 @@ def _only_responses(content: dict[str, Any]) -> bool:
         and bool(parts)
         and all(any(key in part for key in _RESPONSE_KEYS) for part in parts)
     )
+
+
+#: This module's formats, as the registry in ``chatarchive.formats`` collects them.
+FORMATS = (
+    Format(
+        name="gemini",
+        what="a Gemini generateContent request, or its contents",
+        round_trip="JSON-equal",
+        family="model API",
+        detection=130,
+        looks_like=looks_like,
+        to_document=to_document,
+        from_document=from_document,
+        near_misses=(
+            (
+                lambda d: "contents" in d,
+                "a Gemini request, but its 'contents' is not a list of {'role', 'parts'}",
+            ),
+        ),
+    ),
+)

@@ -35,9 +35,10 @@ from typing import Any
 from chatarchive._document import ChatDocument, Message, ToolCall, ToolFunction
 from chatarchive._exceptions import InvalidDocument
 
+from ._format import Format
 from ._shapes import array, json_object, kept, usage_back, usage_in_archive
 
-__all__ = ["KEY", "from_document", "looks_like", "to_document"]
+__all__ = ["FORMATS", "KEY", "from_document", "looks_like", "to_document"]
 
 KEY = "langchain"
 
@@ -260,3 +261,18 @@ def _call_back(call: ToolCall, invalid: bool) -> dict[str, Any]:
         result["type"] = "invalid_tool_call" if invalid else "tool_call"
     result.update(kept)
     return result
+
+
+#: This module's formats, as the registry in ``chatarchive.formats`` collects them.
+FORMATS = (
+    Format(
+        name="langchain",
+        what="LangChain messages (messages_to_dict or dumpd)",
+        round_trip="JSON-equal",
+        family="agent framework",
+        detection=100,
+        looks_like=looks_like,
+        to_document=to_document,
+        from_document=from_document,
+    ),
+)

@@ -29,9 +29,10 @@ from typing import Any
 from chatarchive._document import ChatDocument, ContentPart, Message, ToolCall, ToolFunction
 from chatarchive._exceptions import InvalidDocument
 
+from ._format import Format
 from ._shapes import Block, array, interleaved, json_object, kept, runs
 
-__all__ = ["KEY", "from_document", "from_messages", "looks_like", "to_document", "to_messages"]
+__all__ = ["FORMATS", "KEY", "from_document", "from_messages", "looks_like", "to_document", "to_messages"]
 
 KEY = "llama_index"
 
@@ -221,3 +222,18 @@ def _foreign(message: Message) -> dict[str, Any]:
         if getattr(message, key) is not None:
             kwargs[key] = getattr(message, key)
     return {"role": message.role, "additional_kwargs": kwargs, "blocks": blocks}
+
+
+#: This module's formats, as the registry in ``chatarchive.formats`` collects them.
+FORMATS = (
+    Format(
+        name="llama-index",
+        what="LlamaIndex ChatMessages, as model_dump writes them",
+        round_trip="JSON-equal",
+        family="agent framework",
+        detection=120,
+        looks_like=looks_like,
+        to_document=to_document,
+        from_document=from_document,
+    ),
+)

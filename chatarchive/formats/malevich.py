@@ -17,7 +17,15 @@ from typing import Any
 from chatarchive._document import ChatDocument
 from chatarchive._exceptions import InvalidDocument
 
-__all__ = ["FLAGS", "from_document", "looks_like", "to_document"]
+from ._format import Format
+
+__all__ = [
+    "FLAGS",
+    "FORMATS",
+    "from_document",
+    "looks_like",
+    "to_document",
+]
 
 FLAGS = ("is_intent", "is_tool_extra_message", "is_helper_message", "is_reasoning")
 _MALEVICH_ONLY = frozenset({"uid", "completed", *FLAGS})
@@ -48,3 +56,18 @@ def to_document(data: Any) -> ChatDocument:
 
 def from_document(doc: ChatDocument) -> Any:
     return [message.model_dump(mode="json") for message in doc.messages]
+
+
+#: This module's formats, as the registry in ``chatarchive.formats`` collects them.
+FORMATS = (
+    Format(
+        name="malevich",
+        what="a list of Malevich Brain messages",
+        round_trip="exact (timestamps as instants)",
+        family="agent framework",
+        detection=150,
+        looks_like=looks_like,
+        to_document=to_document,
+        from_document=from_document,
+    ),
+)

@@ -36,7 +36,16 @@ from typing import Any
 from chatarchive._document import ARCHIVE_MESSAGE_FIELDS, ChatDocument
 from chatarchive._exceptions import InvalidDocument
 
-__all__ = ["ASIDE", "KEY", "from_document", "looks_like", "to_document"]
+from ._format import Format
+
+__all__ = [
+    "ASIDE",
+    "FORMATS",
+    "KEY",
+    "from_document",
+    "looks_like",
+    "to_document",
+]
 
 #: Where ChatDoc keys without an archive field are kept, in the document and on
 #: scenario messages.
@@ -205,3 +214,25 @@ def from_document(doc: ChatDocument) -> Any:
             feedback[index] = data
         chat["human_feedback"] = feedback
     return {**chat, **own}
+
+
+#: This module's formats, as the registry in ``chatarchive.formats`` collects them.
+FORMATS = (
+    Format(
+        name="masterbrain",
+        what="an Airalogy Masterbrain ChatDoc",
+        round_trip="exact",
+        family="chat product",
+        detection=60,
+        looks_like=looks_like,
+        to_document=to_document,
+        from_document=from_document,
+        near_misses=(
+            (
+                lambda d: "main_messages" in d,
+                "a Masterbrain ChatDoc, but its 'main_messages' is not a list, or is empty with no other "
+                "ChatDoc key",
+            ),
+        ),
+    ),
+)

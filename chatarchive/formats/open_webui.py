@@ -25,10 +25,11 @@ from typing import Any
 from chatarchive._document import ChatDocument, Message
 from chatarchive._exceptions import LONGEST_ID, InvalidDocument
 
+from ._format import Format
 from ._seconds import time_of
 from ._shapes import json_object, kept
 
-__all__ = ["KEY", "from_document", "looks_like", "to_document"]
+__all__ = ["FORMATS", "KEY", "from_document", "looks_like", "to_document"]
 
 KEY = "open_webui"
 _FILE = "open_webui_file"
@@ -303,3 +304,19 @@ def _file_back(part: dict[str, Any]) -> Any:
         url = image.get("url") if isinstance(image, dict) else image
         return {"type": "image", "url": url, **(part.get(KEY) or {})}
     return part.get("file_data")
+
+
+#: This module's formats, as the registry in ``chatarchive.formats`` collects them.
+FORMATS = (
+    Format(
+        name="open-webui",
+        what="a chat of Open WebUI's export",
+        round_trip="JSON-equal, every branch",
+        family="chat product",
+        detection=90,
+        looks_like=looks_like,
+        to_document=to_document,
+        from_document=from_document,
+        whole_tree=True,
+    ),
+)

@@ -29,10 +29,11 @@ from chatarchive._arguments import is_whole_number
 from chatarchive._document import ChatDocument
 from chatarchive._exceptions import InvalidArgument, InvalidDocument
 
+from ._format import Format
 from ._seconds import time_of
 from ._shapes import array, json_object, plain, text
 
-__all__ = ["assemble_chunks", "is_chunk", "looks_like", "message_from_completion", "to_document"]
+__all__ = ["FORMATS", "assemble_chunks", "is_chunk", "looks_like", "message_from_completion", "to_document"]
 
 
 def is_chunk(data: Any) -> bool:
@@ -242,3 +243,18 @@ def _choice(index: int, state: dict[str, Any]) -> dict[str, Any]:
     if "logprobs" in state:
         choice["logprobs"] = _assembled(state["logprobs"])
     return choice
+
+
+#: This module's formats, as the registry in ``chatarchive.formats`` collects them.
+FORMATS = (
+    Format(
+        name="openai-completion",
+        what="a chat completion, or its streamed chunks",
+        round_trip="import only: the answer",
+        family="model API",
+        detection=40,
+        looks_like=looks_like,
+        to_document=to_document,
+        record="record_completion",
+    ),
+)

@@ -6,7 +6,9 @@ from typing import Any
 
 from chatarchive._document import ChatDocument
 
-__all__ = ["from_document", "looks_like", "to_document"]
+from ._format import Format
+
+__all__ = ["FORMATS", "from_document", "looks_like", "to_document"]
 
 
 def looks_like(data: Any) -> bool:
@@ -25,3 +27,18 @@ def to_document(data: Any) -> ChatDocument:
 
 def from_document(doc: ChatDocument) -> Any:
     return doc.to_openai()
+
+
+#: This module's formats, as the registry in ``chatarchive.formats`` collects them.
+FORMATS = (
+    Format(
+        name="openai",
+        what="a bare chat-completions message list (one chat)",
+        round_trip="exact (messages only)",
+        family="model API",
+        detection=160,
+        looks_like=looks_like,
+        to_document=to_document,
+        from_document=from_document,
+    ),
+)

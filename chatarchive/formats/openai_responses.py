@@ -53,10 +53,12 @@ from chatarchive._document import (
 )
 from chatarchive._exceptions import InvalidDocument
 
+from ._format import Format
 from ._seconds import time_of
 from ._shapes import array, json_object, kept, kind_of, plain, text, usage_in_archive
 
 __all__ = [
+    "FORMATS",
     "KEY",
     "assemble_events",
     "from_document",
@@ -471,3 +473,26 @@ def _foreign_part(part: ContentPart, role: str) -> dict[str, Any] | None:
     if part.type in _PART_TYPES:
         return part.model_dump(mode="json")
     return None
+
+
+#: This module's formats, as the registry in ``chatarchive.formats`` collects them.
+FORMATS = (
+    Format(
+        name="openai-responses",
+        what="OpenAI Responses API input items, a Response, or its stream events",
+        round_trip="JSON-equal",
+        family="model API",
+        detection=30,
+        looks_like=looks_like,
+        to_document=to_document,
+        from_document=from_document,
+        record="record_response",
+        near_misses=(
+            (
+                lambda d: str(kind_of(d) or "").startswith("response."),
+                "an OpenAI Responses API stream event: a stream's events import together, from "
+                "response.created to response.completed (a JSON list of them, or their lines in one file)",
+            ),
+        ),
+    ),
+)

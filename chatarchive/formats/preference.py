@@ -42,14 +42,16 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from itertools import combinations
 from typing import Any
 
 from chatarchive._document import ChatDocument, Message
 
+from ._format import Format
 from .finetune import Filters, Selection, chosen, tools_of, training_messages
 
-__all__ = ["Pair", "dpo", "openai_preference", "pairs", "select"]
+__all__ = ["FORMATS", "Pair", "dpo", "openai_preference", "pairs", "select"]
 
 
 @dataclass(frozen=True)
@@ -150,3 +152,22 @@ def select(
         for pair in found:
             selection.written += 1
             yield line(doc, pair, filters.exclude_roles)
+
+
+#: This module's formats, as the registry in ``chatarchive.formats`` collects them.
+FORMATS = (
+    Format(
+        name="openai-preference",
+        what="OpenAI preference fine-tuning JSONL",
+        round_trip="-",
+        family="dataset",
+        dataset=partial(select, line=openai_preference),
+    ),
+    Format(
+        name="dpo",
+        what="DPO JSONL, as TRL reads it",
+        round_trip="-",
+        family="dataset",
+        dataset=partial(select, line=dpo),
+    ),
+)

@@ -37,9 +37,10 @@ from typing import Any
 from chatarchive._document import ChatDocument, ContentPart, Message, ToolCall, ToolFunction
 from chatarchive._exceptions import InvalidDocument
 
+from ._format import Format
 from ._shapes import Block, array, interleaved, json_object, kept, runs, usage_back, usage_in_archive
 
-__all__ = ["KEY", "from_document", "looks_like", "to_document"]
+__all__ = ["FORMATS", "KEY", "from_document", "looks_like", "to_document"]
 
 KEY = "pydantic_ai"
 
@@ -312,3 +313,18 @@ def _foreign(message: Message, records: list[dict[str, Any]]) -> None:
 
 def _texts(content: list[ContentPart] | None) -> str:
     return "".join(part.text for part in content or [] if part.type == "text" and isinstance(part.text, str))
+
+
+#: This module's formats, as the registry in ``chatarchive.formats`` collects them.
+FORMATS = (
+    Format(
+        name="pydantic-ai",
+        what="Pydantic AI messages, as ModelMessagesTypeAdapter writes them",
+        round_trip="JSON-equal",
+        family="agent framework",
+        detection=110,
+        looks_like=looks_like,
+        to_document=to_document,
+        from_document=from_document,
+    ),
+)

@@ -16,7 +16,9 @@ from typing import Any
 from chatarchive._document import ARCHIVE_MESSAGE_FIELDS, ChatDocument
 from chatarchive._exceptions import InvalidDocument
 
-__all__ = ["from_document", "looks_like", "to_document"]
+from ._format import Format
+
+__all__ = ["FORMATS", "from_document", "looks_like", "to_document"]
 
 _ROLES = {"human": "user", "gpt": "assistant"}
 _SPEAKERS = {role: speaker for speaker, role in _ROLES.items()}
@@ -73,3 +75,24 @@ def from_document(doc: ChatDocument) -> Any:
         turns.append({**turn, **message, **aside})
     own = (doc.model_extra or {}).get(KEY) or {}
     return {**own, "conversations": turns}
+
+
+#: This module's formats, as the registry in ``chatarchive.formats`` collects them.
+FORMATS = (
+    Format(
+        name="sharegpt",
+        what='{"conversations": [{"from", "value"}]}',
+        round_trip="exact",
+        family="dataset",
+        detection=140,
+        looks_like=looks_like,
+        to_document=to_document,
+        from_document=from_document,
+        near_misses=(
+            (
+                lambda d: "conversations" in d,
+                "a ShareGPT record, but its 'conversations' is not a list of turns (objects with 'from')",
+            ),
+        ),
+    ),
+)

@@ -162,7 +162,7 @@ def test_import_show_export_rm(run: Run, tmp_path: Path) -> None:
     assert "doc-2" not in since
     refused = run("export", "--min-score", "1", "--exclude-role", "system", expect=2).stderr
     assert (
-        "--min-score, --exclude-role: only with a dataset --format (openai-finetune, openai-preference"
+        "--min-score, --exclude-role: only with a dataset --format (dpo, openai-finetune, openai-preference)"
         in refused
     )
 

@@ -222,6 +222,43 @@ def test_detection() -> None:
         formats.detect(42)
 
 
+def test_every_format_module_declares_its_formats_and_the_registry_collects_them_all() -> None:
+    import importlib
+    import pkgutil
+
+    declared = []
+    for module in pkgutil.iter_modules(formats.__path__):
+        if not module.name.startswith("_"):
+            records = importlib.import_module(f"chatarchive.formats.{module.name}").FORMATS
+            assert records, module.name
+            declared.extend(record.name for record in records)
+    assert sorted(declared) == sorted(formats.FORMATS)
+    ranks = [record.detection for record in formats.IMPORT_FORMATS.values()]
+    assert ranks == sorted(ranks)
+    assert len(set(ranks)) == len(ranks)
+    assert formats.RECORDERS == {
+        "anthropic": "record_message",
+        "openai-completion": "record_completion",
+        "openai-responses": "record_response",
+    }
+    # The formats that keep a tree export every branch; the others are given the active path.
+    branched = chatgpt.to_document(CHATGPT)
+    assert len(branched.path()) < len(branched.messages)
+    whole = {name for name, record in formats.FORMATS.items() if record.whole_tree}
+    assert whole == {"canonical", "chatgpt", "claude-ai", "open-webui", "chat-completions"}
+    assert formats.export(branched, "malevich") == formats.export(branched.path_document(), "malevich")
+    assert len(formats.export(branched, "canonical")["messages"]) == len(branched.messages)
+
+
+def test_a_format_record_that_cannot_import_what_it_detects_is_refused() -> None:
+    from chatarchive.formats import Format
+
+    with pytest.raises(ValueError, match="an import needs looks_like, to_document and detection"):
+        Format("x", "x", "-", "dataset", looks_like=lambda data: True)
+    with pytest.raises(ValueError, match="unknown family"):
+        Format("x", "x", "-", "novel")
+
+
 NOT_CHATS: list[tuple[Any, str]] = [
     ({}, "not a chat in any known format: {} has no messages"),
     ({"foo": "bar"}, "not a chat in any known format: an object with the keys 'foo' has no messages"),
