@@ -37,7 +37,7 @@ def _daily_usage(*, by_bytes: bool) -> str:
     base = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(base)
     words = base._DIALECT["postgresql"]
-    body = base.VIEWS["daily_usage"][0].format(
+    body: str = base.VIEWS["daily_usage"][0].format(
         **words,
         message_date=words["date"].format("m.created_at"),
         day_label=words["date_label"].format("d.day"),

@@ -226,14 +226,14 @@ def test_every_format_module_declares_its_formats_and_the_registry_collects_them
     import importlib
     import pkgutil
 
-    declared = []
+    declared: list[str] = []
     for module in pkgutil.iter_modules(formats.__path__):
         if not module.name.startswith("_"):
             records = importlib.import_module(f"chatarchive.formats.{module.name}").FORMATS
             assert records, module.name
             declared.extend(record.name for record in records)
     assert sorted(declared) == sorted(formats.FORMATS)
-    ranks = [record.detection for record in formats.IMPORT_FORMATS.values()]
+    ranks = [record.detection or 0 for record in formats.IMPORT_FORMATS.values()]
     assert ranks == sorted(ranks)
     assert len(set(ranks)) == len(ranks)
     assert formats.RECORDERS == {
