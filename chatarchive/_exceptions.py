@@ -10,6 +10,7 @@ database driver errors are translated where they are raised (see
      ├── ConflictError            another writer got there first (version or key clash)
      ├── SchemaNotReady           the database has not been migrated to this version
      ├── DatabaseError            any other failure reported by the database
+     ├── ImportFailed             a strict import stopped at a record (its place, and the error)
      └── UsageError               the API was called in a way it cannot serve
           ├── InvalidArgument         an argument is unusable (a URL, a limit, a batch size, a revision)
           ├── NotSupported            the database lacks what the call needs (row-level security on SQLite)
@@ -31,6 +32,7 @@ __all__ = [
     "ChatNotFound",
     "ConflictError",
     "DatabaseError",
+    "ImportFailed",
     "InvalidArgument",
     "InvalidDocument",
     "NotSupported",
@@ -130,6 +132,18 @@ class DatabaseError(ChatArchiveError):
     def __init__(self, message: str, *, lasting: bool = False) -> None:
         self.lasting = lasting
         super().__init__(message)
+
+
+class ImportFailed(ChatArchiveError):
+    """Raised by a strict import (``chatarchive.importing.import_chats(...,
+    strict=True)``) at the first record it could not import; nothing of the
+    import is kept. ``place`` is where the record is (``file:line``), and
+    ``error`` why (an ``InvalidDocument``, a ``ConflictError``...)."""
+
+    def __init__(self, place: str, error: ChatArchiveError) -> None:
+        super().__init__(f"{place}: {error}")
+        self.place = place
+        self.error = error
 
 
 class UsageError(ChatArchiveError):

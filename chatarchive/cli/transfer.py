@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import sys
-import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import replace
 from datetime import datetime
-from itertools import count
-from typing import Any, BinaryIO, NoReturn
+from typing import Any, NoReturn
 
 import click
 from rich.progress import (
@@ -25,18 +21,17 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from chatarchive import formats
-from chatarchive._document import ChatDocument, ChatFilter
-from chatarchive._exceptions import ChatArchiveError, InvalidDocument
-from chatarchive._jsonio import READ_ERRORS, Record, open_text, read_records, written
-from chatarchive._repository.batches import MAX_BATCH_SIZE, PREPARING_THREAD, documents_in_flight
+from chatarchive import formats, importing
+from chatarchive._document import ChatFilter
+from chatarchive._exceptions import ChatArchiveError, ImportFailed
+from chatarchive._jsonio import written
 from chatarchive.formats import DATASET_FORMATS, EXPORT_FORMATS, IMPORT_FORMATS
 from chatarchive.formats.finetune import Filters, Selection
 
 from .app import INTERRUPTED, archive, chat_filter_options, count_of_chats, fail, main, moment
 from .rendering import literal, stderr
 
-__all__ = ["export", "formats_", "import_", "records"]
+__all__ = ["export", "formats_", "import_"]
 
 
 @main.command("import")
@@ -53,7 +48,7 @@ __all__ = ["export", "formats_", "import_", "records"]
     "--batch-size",
     default=250,
     show_default=True,
-    type=click.IntRange(min=1, max=MAX_BATCH_SIZE),
+    type=click.IntRange(min=1, max=importing.MAX_BATCH_SIZE),
     help="Chats per batch.",
 )
 @click.option(
@@ -94,69 +89,27 @@ def import_(
     if writers > 1 and (strict or bulk):
         raise click.UsageError("--writers takes one transaction per batch: not with --strict or --bulk")
     target = archive()
-    failed = 0
-    # Where the documents in flight came from, by their index: a failed write
-    # names one of them. Added to by the thread that reads the input, looked up
-    # (a single dict.get) by the writers.
-    in_flight: dict[int, str] = {}
-    remembered = documents_in_flight(batch_size)
 
-    def report(where: str, reason: object) -> None:
-        nonlocal failed
-        if strict:
-            fail(f"{where}: {reason} (nothing imported)")
-        failed += 1
+    def report(where: str, reason: ChatArchiveError) -> None:
         stderr().print(literal(f"{where}: {reason}"))
 
-    def on_error(index: int, error: ChatArchiveError) -> None:
-        report(in_flight.get(index, "?"), error)
-
-    # Where each chat id was first seen, to report records that name a chat again
-    # (the later one replaces the earlier): ids only, not documents.
-    first_seen: dict[str, str] = {}
-    duplicates: list[tuple[str, str, str]] = []
-
-    def documents(moved: Callable[[int, int], None]) -> Iterator[ChatDocument | Mapping[str, Any]]:
-        positions = count()
-        streamed = formats.gather_streams(
-            records(paths, moved),
-            lambda record: None if record.error is not None else record.value,
-            lambda first, events: replace(first, value=events),
-        )
-        for record in streamed:
-            where = record.where
-            try:
-                document = _document(record, fmt)
-            except ChatArchiveError as exc:
-                report(where, exc)
-                continue
-            finally:
-                del record  # its parsed JSON goes once converted: memory is bounded by bytes
-            chat_id = document.chat_id if isinstance(document, ChatDocument) else document.get("chat_id")
-            if isinstance(chat_id, str):
-                if chat_id in first_seen:
-                    duplicates.append((chat_id, first_seen[chat_id], where))
-                else:
-                    first_seen[chat_id] = where
-            in_flight[next(positions)] = where
-            if len(in_flight) > remembered:
-                del in_flight[next(iter(in_flight))]
-            yield document
-            del document
-
     # The files' sizes, for the progress bar; a missing file is reported before anything is written.
-    total = None if "-" in paths else sum(os.stat(path).st_size for path in paths)
+    total = importing.input_size(paths)
     try:
         with _progress(total) as moved:
-            if strict:
-                with target.transaction() as repository:
-                    imported = repository.save_many(
-                        documents(moved), batch_size=batch_size, bulk=bulk, on_error=on_error
-                    )
-            else:
-                imported = target.save_many(
-                    documents(moved), batch_size=batch_size, bulk=bulk, on_error=on_error, writers=writers
-                )
+            done = importing.import_chats(
+                target,
+                paths,
+                format=fmt,
+                strict=strict,
+                bulk=bulk,
+                batch_size=batch_size,
+                writers=writers,
+                on_error=report,
+                progress=moved,
+            )
+    except ImportFailed as exc:
+        fail(f"{exc} (nothing imported)")
     except KeyboardInterrupt:
         if strict or bulk:
             stderr().print("interrupted: nothing imported (one transaction, rolled back)")
@@ -166,65 +119,22 @@ def import_(
                 "replaces them and imports the rest"
             )
         _exit_interrupted()
-    if duplicates:
-        shown = "; ".join(f"{chat_id!r} at {first} and {again}" for chat_id, first, again in duplicates[:3])
-        more = f"; and {len(duplicates) - 3} more" if len(duplicates) > 3 else ""
+    if done.duplicates:
+        shown = "; ".join(
+            f"{duplicate.chat_id!r} at {duplicate.first} and {duplicate.again}"
+            for duplicate in done.duplicates[:3]
+        )
+        more = f"; and {len(done.duplicates) - 3} more" if len(done.duplicates) > 3 else ""
         stderr().print(
             literal(
-                f"{len(duplicates)} records named a chat an earlier record of the input named, and replaced "
-                f"it: {shown}{more}"
+                f"{len(done.duplicates)} records named a chat an earlier record of the input named, and "
+                f"replaced it: {shown}{more}"
             )
         )
-    stderr().print(f"imported {count_of_chats(imported)}" + (f", {failed} failed" if failed else ""))
+    failed = done.failed
+    stderr().print(f"imported {count_of_chats(done.imported)}" + (f", {failed} failed" if failed else ""))
     if failed:
         sys.exit(1)
-
-
-def records(paths: tuple[str, ...], moved: Callable[[int, int], None]) -> Iterator[Record]:
-    """The records of every input; ``moved`` is told, after each, how many
-    there were so far and how many bytes of the files are read."""
-    records, done = count(1), 0
-    for path in paths:
-        stdin = path == "-"
-        source = "<stdin>" if stdin else path
-        with _standard_input() if stdin else open(path, "rb") as raw, open_text(raw, source) as stream:
-            try:
-                for record in read_records(stream, source):
-                    moved(next(records), 0 if stdin else done + raw.tell())
-                    yield record
-                    del record  # not held while the next one is read
-            except UnicodeDecodeError as exc:
-                yield Record(source, 0, error=f"not UTF-8 text ({exc.reason} at byte {exc.start})")
-            except READ_ERRORS as exc:
-                yield Record(source, 0, error=f"cannot be read: {exc}")
-            if not stdin:
-                done += raw.tell()
-
-
-def _standard_input() -> BinaryIO:
-    """Standard input's bytes, decoded as a file's are: its text stream decodes
-    with the locale's encoding (cp1252 in a Windows pipe), which made UTF-8
-    mojibake. Read through a reader of its own (closing it leaves the file
-    descriptor open): one still blocked in a read when Ctrl-C ends the import
-    would otherwise hold the lock that closing ``sys.stdin`` at exit waits for."""
-    if sys.stdin is None:  # started with it closed ('<&-')
-        raise OSError(errno.EBADF, "standard input is closed", "-")
-    try:
-        return open(sys.stdin.fileno(), "rb", closefd=False)
-    except (OSError, ValueError):  # no file descriptor (a test runner's stream)
-        return sys.stdin.buffer
-
-
-def _document(record: Record, fmt: str = "auto") -> ChatDocument | Mapping[str, Any]:
-    """The chat a record holds: a canonical document that names its chat as it
-    is, for ``save_many`` to validate (once: a ``ChatDocument`` is validated
-    again where it is saved), any other converted to one."""
-    if record.error is not None:
-        raise InvalidDocument(record.error)
-    name = formats.detect(record.value) if fmt == "auto" else fmt
-    if name == "canonical" and isinstance(record.value, Mapping) and "chat_id" in record.value:
-        return record.value
-    return formats.to_document(record.value, name)
 
 
 @contextmanager
@@ -327,7 +237,7 @@ def _exit_interrupted() -> NoReturn:
     the thread and abort ("could not acquire lock ... at interpreter
     shutdown, possibly due to daemon threads", SIGABRT). Nothing is left to
     clean up by then: the import's transaction has ended."""
-    if any(thread.name == PREPARING_THREAD and thread.is_alive() for thread in threading.enumerate()):
+    if importing.still_reading():
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(INTERRUPTED)

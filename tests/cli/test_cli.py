@@ -1024,7 +1024,7 @@ def test_alembic_loads_only_for_schema_commands() -> None:
 
 
 def test_import_progress_counts_the_bytes_read(tmp_path: Path) -> None:
-    from chatarchive.cli.transfer import records as _records
+    from chatarchive.importing import records as _records
 
     chats = [{**DOC, "chat_id": f"chat-{n}", "pad": "x" * 400_000} for n in range(30)]
     plain = write(tmp_path / "chats.json", json.dumps(chats))

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 import chatarchive
+import chatarchive.formats
+import chatarchive.importing
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -45,6 +47,8 @@ def docstring_examples() -> list[doctest.DocTest]:
     tests = []
     for name in chatarchive.__all__:
         tests += [test for test in finder.find(getattr(chatarchive, name), name) if test.examples]
+    for module in (chatarchive.formats, chatarchive.importing):  # the public modules
+        tests += [test for test in finder.find(module) if test.examples]
     return tests
 
 
@@ -52,7 +56,8 @@ DOCTESTS = docstring_examples()
 
 
 def test_the_public_api_has_docstring_examples() -> None:
-    assert {test.name.partition(".")[0] for test in DOCTESTS} >= {"ChatArchive", "ChatFilter"}
+    assert {test.name.partition(".")[0] for test in DOCTESTS} >= {"ChatArchive", "ChatFilter", "chatarchive"}
+    assert {"chatarchive.importing", "chatarchive.formats.matrix"} <= {test.name for test in DOCTESTS}
 
 
 @pytest.mark.parametrize("test", DOCTESTS, ids=[test.name for test in DOCTESTS])

@@ -1,0 +1,281 @@
+"""Importing chats from files: read them, detect each record's format, convert
+it, save the chats in batches, and say where every bad record is.
+
+``chatarchive import`` is this module on a terminal; applications call it the
+same way::
+
+    >>> import json, pathlib, tempfile
+    >>> from chatarchive import ChatArchive
+    >>> from chatarchive.importing import import_chats
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> source = folder / "chats.jsonl"
+    >>> lines = [
+    ...     [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}],
+    ...     {"not": "a chat"},
+    ... ]
+    >>> _ = source.write_text("\\n".join(json.dumps(line) for line in lines))
+    >>> def bad(place, error):
+    ...     print(pathlib.Path(place).name, type(error).__name__)
+    >>> with ChatArchive(f"sqlite:///{folder / 'archive.db'}") as archive:
+    ...     archive.upgrade()
+    ...     report = import_chats(archive, [source], on_error=bad)
+    chats.jsonl:2 InvalidDocument
+    >>> report.imported, report.failed, report.records
+    (1, 1, 2)
+
+A file holds one record, a list of records (read one at a time, so that
+memory does not grow with the file), JSON Lines of them, or records one after
+another; ``.gz``, ``.bz2`` and ``.xz`` files are decompressed, and ``-`` is
+standard input. A record is a chat in any format of
+:mod:`chatarchive.formats`; the events of a stream (chat-completion chunks,
+Anthropic or Responses API events), one a line, import as the message they
+amount to. A chat already stored with the same chat id is replaced, and so is
+one an earlier record of the same import named (the report lists those).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from itertools import count
+from typing import Any, BinaryIO
+
+from chatarchive import formats
+from chatarchive._api import ChatArchive
+from chatarchive._arguments import require_flag, require_text
+from chatarchive._document import ChatDocument
+from chatarchive._exceptions import ChatArchiveError, ImportFailed, InvalidArgument, InvalidDocument
+from chatarchive._jsonio import READ_ERRORS, Record, open_text, read_records
+from chatarchive._repository.batches import (
+    MAX_BATCH_SIZE,
+    PREPARING_THREAD,
+    check_save_many,
+    documents_in_flight,
+)
+
+__all__ = [
+    "MAX_BATCH_SIZE",
+    "Duplicate",
+    "ImportReport",
+    "Record",
+    "document_of",
+    "import_chats",
+    "input_size",
+    "records",
+    "still_reading",
+]
+
+#: How many bad records an :class:`ImportReport` keeps (``on_error`` is told of every one).
+KEPT_ERRORS = 100
+
+#: ``on_error(place, error)``: a record that could not be imported, where it is
+#: (``file:line``, and ``.[i]`` for an item of a list) and why.
+OnImportError = Callable[[str, ChatArchiveError], None]
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    """A record that named a chat an earlier record of the same import named,
+    and so replaced it."""
+
+    chat_id: str
+    first: str
+    again: str
+
+
+@dataclass
+class ImportReport:
+    """What an import did."""
+
+    #: Records read (a stream's events count as one record).
+    records: int = 0
+    #: Chats saved.
+    imported: int = 0
+    #: Records not imported: unreadable, not a chat, invalid, or failing to save.
+    failed: int = 0
+    #: The first :data:`KEPT_ERRORS` of them, with their places.
+    errors: list[tuple[str, ChatArchiveError]] = field(default_factory=list)
+    #: Records that replaced a chat an earlier record of the input named.
+    duplicates: list[Duplicate] = field(default_factory=list)
+
+
+def records(
+    sources: Sequence[str | os.PathLike[str]], moved: Callable[[int, int], None] | None = None
+) -> Iterator[Record]:
+    """The records of every source, in order; ``moved(records, bytes)`` is
+    told, after each, how many there were so far and how many bytes of the
+    files are read. A file that cannot be read, or is not UTF-8, gives a record
+    with its ``error``."""
+    read, done = count(1), 0
+    for path in sources:
+        stdin = os.fspath(path) == "-"
+        source = "<stdin>" if stdin else os.fspath(path)
+        with _standard_input() if stdin else open(path, "rb") as raw, open_text(raw, source) as stream:
+            try:
+                for record in read_records(stream, source):
+                    if moved is not None:
+                        moved(next(read), 0 if stdin else done + raw.tell())
+                    yield record
+                    del record  # not held while the next one is read
+            except UnicodeDecodeError as exc:
+                yield Record(source, 0, error=f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+            except READ_ERRORS as exc:
+                yield Record(source, 0, error=f"cannot be read: {exc}")
+            if not stdin:
+                done += raw.tell()
+
+
+def input_size(sources: Sequence[str | os.PathLike[str]]) -> int | None:
+    """The bytes of the sources' files, for a progress bar; ``None`` when one
+    is standard input. A missing file raises ``FileNotFoundError`` here,
+    before anything is read or written."""
+    if any(os.fspath(path) == "-" for path in sources):
+        for path in sources:
+            if os.fspath(path) != "-":
+                os.stat(path)
+        return None
+    return sum(os.stat(path).st_size for path in sources)
+
+
+def document_of(record: Record, format: str = "auto") -> ChatDocument | Mapping[str, Any]:
+    """The chat a record holds: a canonical document that names its chat as it
+    is, for ``save_many`` to validate (once: a ``ChatDocument`` is validated
+    again where it is saved), any other converted to one.
+
+    Raises:
+        InvalidDocument: the record could not be read, or is not a chat.
+    """
+    if record.error is not None:
+        raise InvalidDocument(record.error)
+    name = formats.detect(record.value) if format == "auto" else format
+    if name == "canonical" and isinstance(record.value, Mapping) and "chat_id" in record.value:
+        return record.value
+    return formats.to_document(record.value, name)
+
+
+def import_chats(
+    archive: ChatArchive,
+    sources: Sequence[str | os.PathLike[str]],
+    *,
+    format: str = "auto",
+    strict: bool = False,
+    bulk: bool = False,
+    batch_size: int = 250,
+    writers: int = 1,
+    on_error: OnImportError | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ImportReport:
+    """Import the chats of ``sources`` (paths; ``-`` is standard input) into
+    ``archive``.
+
+    Args:
+        format: the records' format, or ``auto`` to detect each record's.
+        strict: all or nothing: one transaction, which the first bad record
+            ends (``ImportFailed``, nothing imported).
+        bulk: bulk-load mode (see ``ChatArchive.save_many``).
+        batch_size: chats per batch.
+        writers: connections writing at once (not with ``strict`` or ``bulk``).
+        on_error: told of every record not imported, with its place, while
+            the import goes on.
+        progress: told ``(records, bytes)`` after each record read.
+
+    Raises:
+        ImportFailed: in ``strict`` mode, at the first record not imported.
+        InvalidArgument: for an unknown format or arguments that conflict.
+        OSError: a source that cannot be opened (checked before any write).
+    """
+    if require_text(format, "format") != "auto" and format not in formats.IMPORT_FORMATS:
+        raise InvalidArgument(f"unknown import format {format!r}", argument="format")
+    require_flag(strict, "strict")
+    check_save_many([], batch_size, bulk=bulk, on_error=on_error, writers=writers)
+    if writers > 1 and strict:
+        raise InvalidArgument("a strict import is one transaction: it has one writer", argument="writers")
+    input_size(sources)  # a missing file is reported before anything is written
+    report = ImportReport()
+    # Where the documents in flight came from, by their index: a failed write
+    # names one of them. Added to by the thread that reads the input, looked up
+    # (a single dict.get) by the writers.
+    in_flight: dict[int, str] = {}
+    remembered = documents_in_flight(batch_size)
+
+    def failed(place: str, error: ChatArchiveError) -> None:
+        if strict:
+            raise ImportFailed(place, error)
+        report.failed += 1
+        if len(report.errors) < KEPT_ERRORS:
+            report.errors.append((place, error))
+        if on_error is not None:
+            on_error(place, error)
+
+    # Where each chat id was first seen, to report records that name a chat
+    # again: ids only, not documents.
+    first_seen: dict[str, str] = {}
+
+    def documents() -> Iterator[ChatDocument | Mapping[str, Any]]:
+        positions = count()
+        streamed = formats.gather_streams(
+            records(sources, progress),
+            lambda record: None if record.error is not None else record.value,
+            lambda first, events: replace(first, value=events),
+        )
+        for record in streamed:
+            report.records += 1
+            where = record.where
+            try:
+                document = document_of(record, format)
+            except ChatArchiveError as exc:
+                failed(where, exc)
+                continue
+            finally:
+                del record  # its parsed JSON goes once converted: memory is bounded by bytes
+            chat_id = document.chat_id if isinstance(document, ChatDocument) else document.get("chat_id")
+            if isinstance(chat_id, str):
+                if chat_id in first_seen:
+                    report.duplicates.append(Duplicate(chat_id, first_seen[chat_id], where))
+                else:
+                    first_seen[chat_id] = where
+            in_flight[next(positions)] = where
+            if len(in_flight) > remembered:
+                del in_flight[next(iter(in_flight))]
+            yield document
+            del document
+
+    def write_failed(index: int, error: ChatArchiveError) -> None:
+        failed(in_flight.get(index, "?"), error)
+
+    if strict:
+        with archive.transaction() as repository:
+            report.imported = repository.save_many(
+                documents(), batch_size=batch_size, bulk=bulk, on_error=write_failed
+            )
+    else:
+        report.imported = archive.save_many(
+            documents(), batch_size=batch_size, bulk=bulk, on_error=write_failed, writers=writers
+        )
+    return report
+
+
+def still_reading() -> bool:
+    """Whether a thread of an import still reads its input (an open pipe with
+    nothing more yet, after the import was stopped): a process that ends then
+    must end at once (``os._exit``), as the interpreter's shutdown would close
+    the input under that thread and abort."""
+    return any(thread.name == PREPARING_THREAD and thread.is_alive() for thread in threading.enumerate())
+
+
+def _standard_input() -> BinaryIO:
+    """Standard input's bytes, decoded as a file's are: its text stream decodes
+    with the locale's encoding (cp1252 in a Windows pipe), which made UTF-8
+    mojibake. Read through a reader of its own (closing it leaves the file
+    descriptor open): one still blocked in a read when Ctrl-C ends the import
+    would otherwise hold the lock that closing ``sys.stdin`` at exit waits for."""
+    if sys.stdin is None:  # started with it closed ('<&-')
+        raise OSError(errno.EBADF, "standard input is closed", "-")
+    try:
+        return open(sys.stdin.fileno(), "rb", closefd=False)
+    except (OSError, ValueError):  # no file descriptor (a test runner's stream)
+        return sys.stdin.buffer
