@@ -7,6 +7,7 @@ the schema can be distributed by chat (Citus) without changing any key.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -45,6 +46,7 @@ __all__ = [
     "FeedbackRow",
     "MessageRow",
     "SettingRow",
+    "Tables",
     "TagRow",
     "ToolCallRow",
     "active_path_filter",
@@ -53,6 +55,7 @@ __all__ = [
     "is_archive_table",
     "metadata",
     "one_of_ours",
+    "tables",
 ]
 
 NAMING_CONVENTION = {
@@ -488,6 +491,24 @@ for _table_name, _comment in TABLE_COMMENTS.items():
     metadata.tables[_table_name].comment = _comment
     for _column_name, _column_comment in COLUMN_COMMENTS[_table_name].items():
         metadata.tables[_table_name].c[_column_name].comment = _column_comment
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The archive's tables: the one place the code looks them up by name."""
+
+    chats: Table
+    chat_tags: Table
+    messages: Table
+    content_parts: Table
+    tool_calls: Table
+    feedback: Table
+    message_chunks: Table
+    archive_settings: Table
+
+
+#: The archive's tables (``tables.chats``, ``tables.messages``...).
+tables = Tables(**{column.name: metadata.tables[column.name] for column in fields(Tables)})
 
 
 def _ordered(table: str, *columns: str) -> tuple[Table, tuple[Column[Any], ...]]:

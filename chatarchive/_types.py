@@ -24,14 +24,17 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from decimal import Decimal
 from math import copysign
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from sqlalchemy import JSON, DateTime, Text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
+from chatarchive._exceptions import InvalidArgument
+
 __all__ = [
     "ArchiveText",
+    "ColumnRules",
     "JsonObject",
     "OrderedJson",
     "UTCDateTime",
@@ -40,6 +43,7 @@ __all__ = [
     "escape_text",
     "jsonb_keeps",
     "postgres_json_text",
+    "register_column_rules",
     "unescape_json_text",
     "unescape_text",
     "unescape_value",
@@ -117,11 +121,39 @@ def unescape_value(value: Any) -> Any:
     return value
 
 
-def _backend(dialect: Dialect) -> Any:
-    # Imported here: the backends use these types.
-    from ._backends import backend_of
+class ColumnRules(Protocol):
+    """How a database stores the archive's values: what its backend tells
+    these types (each backend registers itself, ``register_column_rules``)."""
 
-    return backend_of(dialect)
+    def text_processors(self) -> tuple[Callable[[Any], Any] | None, Callable[[Any], Any] | None]:
+        """The text values' bind and result processors."""
+
+    def json_type(self, dialect: Dialect, *, binary: bool) -> TypeEngine[Any]:
+        """The column type of a JSON value."""
+
+    def json_processors(
+        self, *, binary: bool
+    ) -> tuple[Callable[[Any], Any], Callable[[Any], Any]] | None: ...
+
+    def stored_time(self, value: datetime) -> datetime:
+        """A UTC time as the database stores it."""
+
+
+#: The rules of each database, by SQLAlchemy's name for it: filled in by the
+#: backends, which use these types (so that this module does not import them).
+_RULES: dict[str, ColumnRules] = {}
+
+
+def register_column_rules(dialect_name: str, rules: ColumnRules) -> None:
+    """Make ``rules`` those of the database SQLAlchemy calls ``dialect_name``."""
+    _RULES[dialect_name] = rules
+
+
+def _backend(dialect: Dialect) -> ColumnRules:
+    rules = _RULES.get(dialect.name)
+    if rules is None:
+        raise InvalidArgument(f"chatarchive keeps no archive in {dialect.name!r}", argument="url")
+    return rules
 
 
 class ArchiveText(TypeDecorator[str]):

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.orm import Session
 
 from chatarchive._exceptions import ChatArchiveError, DatabaseError, InvalidArgument
+from chatarchive._types import register_column_rules
 
 from .base import Backend, BulkLoad, Executor, RowWriter
 from .postgresql import PostgreSQL
@@ -39,6 +40,8 @@ __all__ = [
 
 #: Every backend, by SQLAlchemy's name for its database.
 BACKENDS: dict[str, Backend] = {backend.name: backend for backend in (PostgreSQL(), SQLite())}
+for _name, _backend in BACKENDS.items():
+    register_column_rules(_name, _backend)
 
 
 def backend_named(name: str) -> Backend:

@@ -25,7 +25,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
 from sqlalchemy.types import TypeEngine
 
-from chatarchive._document import ChatDocument
 from chatarchive._exceptions import ChatArchiveError, NotSupported
 from chatarchive._schema import SEARCH_TERMS, metadata
 from chatarchive._search import SearchFilters, SearchQuery
@@ -37,6 +36,7 @@ __all__ = [
     "AnyEngine",
     "Backend",
     "BulkLoad",
+    "DocumentRows",
     "ExecuteManyWriter",
     "Executor",
     "RowWriter",
@@ -52,6 +52,16 @@ AnyEngine = Engine | AsyncEngine
 #: A message's search terms to store: its chat's id, its position, the terms
 #: in order, and the chat's user (``chat_user_id``).
 TermsEntry = tuple[str, int, Sequence[str], str | None]
+
+
+@dataclass(frozen=True)
+class DocumentRows:
+    """Stored documents as rows: the chat rows found, and each chat's child
+    rows by table, in document order (``_rows.documents_from_rows`` builds
+    the documents)."""
+
+    chats: Sequence[Mapping[str, Any]]
+    children: Mapping[str, Mapping[Table, Sequence[Mapping[str, Any]]]]
 
 
 class RowWriter(Protocol):
@@ -170,13 +180,13 @@ class Backend(ABC):
         return
 
     @abstractmethod
-    def load_documents(
+    def load_document_rows(
         self, executor: Executor, chat_ids: Sequence[str], *, user_id: str | None, whole: bool = False
-    ) -> list[ChatDocument]:
-        """The stored documents of ``chat_ids`` (only ``user_id``'s, if given),
-        in the order asked, unknown ids left out, read in one snapshot: each
-        chat's active path (a linear document; only its rows are read, see
-        ``ON_ACTIVE_PATH``), or with ``whole`` its whole tree."""
+    ) -> DocumentRows:
+        """The stored rows of the documents of ``chat_ids`` (only ``user_id``'s,
+        if given), unknown ids left out, read in one snapshot: each chat's
+        active path (only its rows are read, see ``ON_ACTIVE_PATH``), or with
+        ``whole`` its whole tree. The repository builds the documents."""
 
     @abstractmethod
     def row_writer(self, executor: Executor) -> RowWriter:

@@ -55,15 +55,20 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.sql.elements import TextClause
 from sqlalchemy.types import TypeEngine
 
-from chatarchive._document import ChatDocument
 from chatarchive._exceptions import (
     ChatArchiveError,
     ConflictError,
     DatabaseError,
     SchemaNotReady,
 )
-from chatarchive._rows import documents_from_rows
-from chatarchive._schema import DOCUMENT_ORDER, ON_ACTIVE_PATH, SEARCH_TERMS, active_path_filter, metadata
+from chatarchive._schema import (
+    DOCUMENT_ORDER,
+    ON_ACTIVE_PATH,
+    SEARCH_TERMS,
+    active_path_filter,
+    metadata,
+    tables,
+)
 from chatarchive._search import SearchFilters, SearchQuery, typed_candidates
 from chatarchive._terms import Phrase, StoredTerms, TsvectorText, tsvector_literal
 from chatarchive._types import (
@@ -83,6 +88,7 @@ from .base import (
     AnyEngine,
     Backend,
     BulkLoad,
+    DocumentRows,
     ExecuteManyWriter,
     Executor,
     RowWriter,
@@ -105,7 +111,6 @@ __all__ = [
 #: ping before it is handed out.
 PING_AFTER_IDLE = 1.0
 
-_chats = metadata.tables["chats"]
 _TABLES = [table.name for table in metadata.sorted_tables]
 #: The tables row-level security covers: the archive's, and its search terms
 #: (which the models do not describe).
@@ -221,9 +226,9 @@ class PostgreSQL(Backend):
         # The id as the rows store it (escaped: no NUL), which the policies compare.
         executor.execute(text(f"SET LOCAL chatarchive.user_id TO {_quoted(escape_text(user_id))}"))
 
-    def load_documents(
+    def load_document_rows(
         self, executor: Executor, chat_ids: Sequence[str], *, user_id: str | None, whole: bool = False
-    ) -> list[ChatDocument]:
+    ) -> DocumentRows:
         """The documents in one statement: one round trip and one snapshot,
         even under READ COMMITTED, or outside a transaction."""
         one = len(chat_ids) == 1
@@ -237,13 +242,13 @@ class PostgreSQL(Backend):
         statement = _documents_query(scoped=user_id is not None, one=one, whole=whole)
         for (document,) in _fetch_all(connection_of(executor), statement, params):
             chat_values, *child_values = json.loads(unescape_json_text(document))
-            chat = _json_row(_chats, chat_values)
+            chat = _json_row(tables.chats, chat_values)
             found.append(chat)
             children[chat["chat_id"]] = {
                 table: [_json_row(table, values) for values in rows or ()]
                 for table, rows in zip(DOCUMENT_ORDER, child_values, strict=True)
             }
-        return documents_from_rows(chat_ids, found, children)
+        return DocumentRows(found, children)
 
     def row_writer(self, executor: Executor) -> RowWriter:
         """Binary COPY through psycopg (its synchronous connection, or under
@@ -267,9 +272,11 @@ class PostgreSQL(Backend):
         # Writers to different chats do not wait for each other: another may
         # have created this chat since this transaction looked.
         created = (
-            postgresql.insert(_chats).values(row).on_conflict_do_nothing(index_elements=[_chats.c.chat_id])
+            postgresql.insert(tables.chats)
+            .values(row)
+            .on_conflict_do_nothing(index_elements=[tables.chats.c.chat_id])
         )
-        return executor.execute(created.returning(_chats.c.chat_id)).first() is not None
+        return executor.execute(created.returning(tables.chats.c.chat_id)).first() is not None
 
     def begin_bulk(self, executor: Executor, *, terms_index: bool = True) -> BulkLoad:
         """Lock the archive's tables and drop their foreign keys and secondary
@@ -711,8 +718,8 @@ def bare_connection(url: URL, *, autocommit: bool = False) -> Iterator[Any]:
 #: The columns the one-statement read returns of each table, in order
 #: (chat_id only for chats).
 _JSON_COLUMNS = {
-    table: tuple(column.name for column in table.columns if table is _chats or column.name != "chat_id")
-    for table in (_chats, *DOCUMENT_ORDER)
+    table: tuple(column.name for column in table.columns if table is tables.chats or column.name != "chat_id")
+    for table in (tables.chats, *DOCUMENT_ORDER)
 }
 #: The double columns of each table, read back from hex (see _json_values).
 _HEX_DOUBLES = {
@@ -778,7 +785,7 @@ def _documents_query(*, scoped: bool, one: bool, whole: bool) -> TextClause:
         )
     wanted = "c.chat_id = :chat_id" if one else "c.chat_id = ANY(:ids)"
     owner = " AND c.user_id = :user_id" if scoped else ""
-    chat = f"json_build_array({_json_values(_chats, 'c')})"
+    chat = f"json_build_array({_json_values(tables.chats, 'c')})"
     return text(
         f"SELECT json_build_array({chat}, {', '.join(children)})::text FROM chats c WHERE {wanted}{owner}"
     )

@@ -39,7 +39,6 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeEngine
 
-from chatarchive._document import ChatDocument
 from chatarchive._exceptions import (
     ChatArchiveError,
     ConflictError,
@@ -47,24 +46,22 @@ from chatarchive._exceptions import (
     SchemaNotReady,
     TransactionInProgress,
 )
-from chatarchive._rows import documents_from_rows
 from chatarchive._schema import (
     DOCUMENT_ORDER,
     ON_ACTIVE_PATH,
     SEARCH_TERMS,
     active_path_filter,
     in_pieces,
-    metadata,
+    tables,
 )
 from chatarchive._search import SearchFilters, SearchQuery, typed_candidates
 from chatarchive._terms import Phrase, StoredTerms
 from chatarchive._types import ArchiveText
 
-from .base import AnyEngine, Backend, ExecuteManyWriter, Executor, RowWriter, TermsEntry
+from .base import AnyEngine, Backend, DocumentRows, ExecuteManyWriter, Executor, RowWriter, TermsEntry
 
 __all__ = ["SEARCH_TERMS_DDL", "SQLite", "fts5_query"]
 
-_chats = metadata.tables["chats"]
 
 # Execution option that makes a transaction begin IMMEDIATE (see for_writing).
 _WRITING = "chatarchive_writing"
@@ -146,16 +143,16 @@ class SQLite(Backend):
 
     # -- the statements of a unit of work ------------------------------------------------
 
-    def load_documents(
+    def load_document_rows(
         self, executor: Executor, chat_ids: Sequence[str], *, user_id: str | None, whole: bool = False
-    ) -> list[ChatDocument]:
+    ) -> DocumentRows:
         """One query per table for every ``IDS_PER_STATEMENT`` chats (the
         caller's transaction keeps one snapshot)."""
         found: list[Mapping[Any, Any]] = []
         for ids in in_pieces(chat_ids):
-            query = select(_chats).where(_chats.c.chat_id.in_(ids))
+            query = select(tables.chats).where(tables.chats.c.chat_id.in_(ids))
             if user_id is not None:
-                query = query.where(_chats.c.user_id == user_id)
+                query = query.where(tables.chats.c.user_id == user_id)
             found += executor.execute(query).mappings()
         children: dict[str, dict[Table, list[Mapping[Any, Any]]]] = {
             row["chat_id"]: {table: [] for table in DOCUMENT_ORDER} for row in found
@@ -170,7 +167,7 @@ class SQLite(Backend):
                     query = query.where(text(active_path_filter(table.name)))
                 for child in executor.execute(query).mappings():
                     children[child["chat_id"]][table].append(child)
-        return documents_from_rows(chat_ids, found, children)
+        return DocumentRows(found, children)
 
     def row_writer(self, executor: Executor) -> RowWriter:
         return ExecuteManyWriter(executor)
@@ -178,7 +175,7 @@ class SQLite(Backend):
     def create_chat(self, executor: Executor, row: Mapping[str, Any]) -> bool:
         # Writers queue for one lock: the chat cannot appear after this
         # transaction looked for it.
-        executor.execute(insert(_chats), [row])
+        executor.execute(insert(tables.chats), [row])
         return True
 
     def write_terms(self, executor: Executor, entries: Iterable[TermsEntry]) -> None:

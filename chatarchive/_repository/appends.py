@@ -46,19 +46,13 @@ from chatarchive._backends import Backend
 from chatarchive._backends.citus import DISTRIBUTION_SETTING
 from chatarchive._document import Message
 from chatarchive._rows import messages_to_rows
-from chatarchive._schema import metadata
+from chatarchive._schema import tables
 from chatarchive._terms import SearchSettings
 
 from . import searching
 from .unit import Unit, now
 
 __all__ = ["MOST_ROWS", "Guesses", "adding_values", "append_in_one_statement"]
-
-chats = metadata.tables["chats"]
-messages = metadata.tables["messages"]
-content_parts = metadata.tables["content_parts"]
-tool_calls = metadata.tables["tool_calls"]
-archive_settings = metadata.tables["archive_settings"]
 
 
 #: The most rows (messages, parts, tool calls) one statement inserts: a
@@ -84,14 +78,14 @@ def adding_values(added: Any, deferred: Any) -> dict[str, Any]:
     """The chat row's new counts when ``added`` messages come as a chain under
     its active leaf, and its mark for deferred indexing (when ``deferred``):
     the first new position, unless an earlier one is marked already."""
-    first_new = chats.c.message_count
+    first_new = tables.chats.c.message_count
     return {
-        "message_count": chats.c.message_count + added,
-        "active_leaf": chats.c.message_count + added - 1,
-        "path_length": chats.c.path_length + added,
+        "message_count": tables.chats.c.message_count + added,
+        "active_leaf": tables.chats.c.message_count + added - 1,
+        "path_length": tables.chats.c.path_length + added,
         "search_from": case(
-            (and_(deferred, func.coalesce(chats.c.search_from, first_new + 1) > first_new), first_new),
-            else_=chats.c.search_from,
+            (and_(deferred, func.coalesce(tables.chats.c.search_from, first_new + 1) > first_new), first_new),
+            else_=tables.chats.c.search_from,
         ),
     }
 
@@ -179,46 +173,52 @@ def _statement(shape: _Shape, backend: Backend) -> Any:
     else:
         settings_hold = indexing != "sync"
     checks = [
-        chats.c.chat_id == bindparam("chat"),
-        or_(chats.c.active_leaf == chats.c.message_count - 1, chats.c.message_count == 0),
+        tables.chats.c.chat_id == bindparam("chat"),
+        or_(
+            tables.chats.c.active_leaf == tables.chats.c.message_count - 1, tables.chats.c.message_count == 0
+        ),
         settings_hold,
     ]
     if shape.expected:
-        checks.append(chats.c.version == bindparam("expected", type_=Integer))
+        checks.append(tables.chats.c.version == bindparam("expected", type_=Integer))
     if shape.given:
         checks.append(
             ~exists().where(
-                messages.c.chat_id == bindparam("chat"),
-                messages.c.uid == any_(bindparam("given", type_=ARRAY(Text))),
+                tables.messages.c.chat_id == bindparam("chat"),
+                tables.messages.c.uid == any_(bindparam("given", type_=ARRAY(Text))),
             )
         )
     old = (
-        select(chats.c.chat_id, chats.c.message_count.label("first"), chats.c.active_leaf.label("leaf"))
+        select(
+            tables.chats.c.chat_id,
+            tables.chats.c.message_count.label("first"),
+            tables.chats.c.active_leaf.label("leaf"),
+        )
         .where(*checks)
         .with_for_update()
         .cte("old")
     )
     bumped = (
-        update_rows(chats)
+        update_rows(tables.chats)
         # The chat's id named again: Citus then sends the statement to the chat's shard.
-        .where(chats.c.chat_id == old.c.chat_id, chats.c.chat_id == bindparam("chat"))
+        .where(tables.chats.c.chat_id == old.c.chat_id, tables.chats.c.chat_id == bindparam("chat"))
         .values(
-            version=chats.c.version + 1,
+            version=tables.chats.c.version + 1,
             updated_at=bindparam("moment"),
             # The check in "old" holds: marked exactly when the terms were not computed.
             **adding_values(shape.messages, false() if shape.sync else true()),
         )
-        .returning(chats.c.version, chats.c.user_id, old.c.first, old.c.leaf)
+        .returning(tables.chats.c.version, tables.chats.c.user_id, old.c.first, old.c.leaf)
         .cte("bumped")
     )
 
     def value(table: Any, prefix: str, index: int, column: Any) -> Any:
         given = bindparam(f"{prefix}{index}_{column.name}", type_=column.type)
-        if table is messages and column.name == "parent_position" and index == 0:
+        if table is tables.messages and column.name == "parent_position" and index == 0:
             return bumped.c.leaf  # the first message answers the active leaf (none: a first root)
         if column.name == "chat_user_id":
             return bumped.c.user_id  # the chat's user, as the chat row has it
-        if column.name == "message_position" or (table is messages and column.name in _RELATIVE):
+        if column.name == "message_position" or (table is tables.messages and column.name in _RELATIVE):
             return bumped.c.first + given  # positions in the rows count from the chat's first new message
         return given
 
@@ -237,15 +237,17 @@ def _statement(shape: _Shape, backend: Backend) -> Any:
     written = [
         rows(table, prefix, count).cte(f"written_{prefix}")
         for table, prefix, count in (
-            (messages, "m", shape.messages),
-            (content_parts, "p", shape.parts),
-            (tool_calls, "c", shape.calls),
+            (tables.messages, "m", shape.messages),
+            (tables.content_parts, "p", shape.parts),
+            (tables.tool_calls, "c", shape.calls),
         )
         if count
     ]
     if shape.terms:
         written.append(backend.insert_terms(bumped.c.first, shape.terms, bumped.c.user_id).cte("written_t"))
-    distribution = select(archive_settings.c.value).where(archive_settings.c.name == DISTRIBUTION_SETTING)
+    distribution = select(tables.archive_settings.c.value).where(
+        tables.archive_settings.c.name == DISTRIBUTION_SETTING
+    )
     version = select(bumped.c.version).scalar_subquery()
     return select(
         version,

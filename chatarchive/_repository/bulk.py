@@ -25,7 +25,7 @@ from chatarchive._exceptions import (
     InvalidDocument,
 )
 from chatarchive._rows import ChatRows
-from chatarchive._schema import metadata
+from chatarchive._schema import metadata, tables
 
 from . import searching
 from .batches import PreparedBatch, check_save_many, split_by_chat
@@ -38,8 +38,7 @@ __all__ = ["OnError", "save_many"]
 #: ``on_error(index, error)``: told about a document that could not be saved.
 OnError = Callable[[int, ChatArchiveError], None]
 
-chats = metadata.tables["chats"]
-_CHATS_KEY = chats.primary_key.name
+_CHATS_KEY = tables.chats.primary_key.name
 
 
 def save_many(
@@ -260,11 +259,11 @@ def _write_documents(unit: Unit, /, documents: Mapping[str, tuple[int, ChatRows]
                 raise InvalidDocument(f"user_id must be {unit.user_id!r}", chat_id=chat_id, field="user_id")
     locked = lock_chats(
         unit,
-        chats.c.chat_id.in_(documents),
-        chats.c.version,
-        chats.c.user_id,
-        chats.c.message_count,
-        chats.c.path_length,
+        tables.chats.c.chat_id.in_(documents),
+        tables.chats.c.version,
+        tables.chats.c.user_id,
+        tables.chats.c.message_count,
+        tables.chats.c.path_length,
     )
     stored: dict[str, int] = {}
     for row in locked:
@@ -276,9 +275,9 @@ def _write_documents(unit: Unit, /, documents: Mapping[str, tuple[int, ChatRows]
             refuse_to_lose_branches(chat_id, row)
         stored[chat_id] = row["version"]
     if stored:
-        selected = chats.c.chat_id.in_(stored)
+        selected = tables.chats.c.chat_id.in_(stored)
         delete_children(unit, selected)
-        unit.execute(delete_rows(chats).where(selected))
+        unit.execute(delete_rows(tables.chats).where(selected))
     rows = [item[1] for item in documents.values()]
     mark = searching.pending_mark(unit)
     for chat_id, (_, chat_rows) in documents.items():  # a batch written again after a race: all of them

@@ -22,7 +22,8 @@ from chatarchive._arguments import (
 )
 from chatarchive._document import ChatDocument, ChatFilter, ChatPage, ChatSummary, ChatTree
 from chatarchive._exceptions import ChatNotFound, InvalidArgument
-from chatarchive._schema import metadata
+from chatarchive._rows import documents_from_rows
+from chatarchive._schema import tables
 from chatarchive._search import SearchFilters, SearchResults, check_query
 from chatarchive._types import ArchiveText, UTCDateTime
 
@@ -42,18 +43,16 @@ __all__ = [
     "search",
 ]
 
-chats = metadata.tables["chats"]
-chat_tags = metadata.tables["chat_tags"]
 
 _SUMMARY_COLUMNS = (
-    chats.c.chat_id,
-    chats.c.user_id,
-    chats.c.title,
-    chats.c.model,
-    chats.c.created_at,
-    chats.c.updated_at,
-    chats.c.path_length.label("message_count"),
-    chats.c.version,
+    tables.chats.c.chat_id,
+    tables.chats.c.user_id,
+    tables.chats.c.title,
+    tables.chats.c.model,
+    tables.chats.c.created_at,
+    tables.chats.c.updated_at,
+    tables.chats.c.path_length.label("message_count"),
+    tables.chats.c.version,
 )
 
 
@@ -87,7 +86,8 @@ def get_tree(unit: Unit, /, chat_id: str) -> ChatTree:
     """
     wanted = requested_ids([chat_id])
     with unit.reading():
-        found = unit.backend.load_documents(unit.executor, wanted, user_id=unit.user_id, whole=True)
+        rows = unit.backend.load_document_rows(unit.executor, wanted, user_id=unit.user_id, whole=True)
+    found = documents_from_rows(wanted, rows.chats, rows.children)
     if not found:
         raise ChatNotFound(chat_id)
     return ChatTree(found[0])
@@ -102,7 +102,8 @@ def get_many(unit: Unit, /, chat_ids: Iterable[str], *, whole: bool = False) -> 
     if not wanted:
         return []
     with unit.reading():
-        return unit.backend.load_documents(unit.executor, wanted, user_id=unit.user_id, whole=whole)
+        rows = unit.backend.load_document_rows(unit.executor, wanted, user_id=unit.user_id, whole=whole)
+    return documents_from_rows(wanted, rows.chats, rows.children)
 
 
 def requested_ids(chat_ids: Iterable[str]) -> list[str]:
@@ -127,10 +128,10 @@ def list_chats(
     if cursor is not None:
         after_time, after_id = _decode_cursor(cursor)
         query = query.where(
-            tuple_(chats.c.updated_at, chats.c.chat_id)
+            tuple_(tables.chats.c.updated_at, tables.chats.c.chat_id)
             < tuple_(literal(after_time, UTCDateTime()), literal(after_id, ArchiveText()))
         )
-    query = query.order_by(chats.c.updated_at.desc(), chats.c.chat_id.desc()).limit(limit + 1)
+    query = query.order_by(tables.chats.c.updated_at.desc(), tables.chats.c.chat_id.desc()).limit(limit + 1)
     with unit.reading():
         rows = unit.execute(query).mappings().all()
     items = [ChatSummary.model_validate(dict(row)) for row in rows[:limit]]
@@ -143,7 +144,7 @@ def list_chats(
 
 def count_chats(unit: Unit, /, where: ChatFilter | None = None) -> int:
     """How many chats ``where`` selects (all of them when not given)."""
-    query = _chats_where(unit, select(func.count()).select_from(chats), where)
+    query = _chats_where(unit, select(func.count()).select_from(tables.chats), where)
     with unit.reading():
         return int(unit.execute(query).scalar_one())
 
@@ -156,9 +157,11 @@ def chat_ids(
     if limit is not None:
         require_at_least_one(limit, "limit")
     optional_text(after, "after")
-    query = _chats_where(unit, select(chats.c.chat_id).order_by(chats.c.chat_id).limit(limit), where)
+    query = _chats_where(
+        unit, select(tables.chats.c.chat_id).order_by(tables.chats.c.chat_id).limit(limit), where
+    )
     if after is not None:
-        query = query.where(chats.c.chat_id > after)
+        query = query.where(tables.chats.c.chat_id > after)
     with unit.reading():
         return list(unit.execute(query).scalars())
 
@@ -231,17 +234,17 @@ def _chats_where(unit: Unit, /, query: Any, where: ChatFilter | None) -> Any:
     where = where or ChatFilter()
     query = unit.only_chats_of(query, where.user_id)
     if where.model is not None:
-        query = query.where(chats.c.model == where.model)
+        query = query.where(tables.chats.c.model == where.model)
     if where.tag is not None:
         query = query.where(
-            select(chat_tags.c.chat_id)
-            .where(chat_tags.c.chat_id == chats.c.chat_id, chat_tags.c.tag == where.tag)
+            select(tables.chat_tags.c.chat_id)
+            .where(tables.chat_tags.c.chat_id == tables.chats.c.chat_id, tables.chat_tags.c.tag == where.tag)
             .exists()
         )
     if where.since is not None:
-        query = query.where(chats.c.updated_at >= where.since)
+        query = query.where(tables.chats.c.updated_at >= where.since)
     if where.until is not None:
-        query = query.where(chats.c.updated_at < where.until)
+        query = query.where(tables.chats.c.updated_at < where.until)
     return query
 
 

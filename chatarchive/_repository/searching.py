@@ -25,7 +25,7 @@ from sqlalchemy import delete as delete_rows
 from sqlalchemy import update as update_rows
 
 from chatarchive._backends.base import TermsEntry
-from chatarchive._schema import metadata
+from chatarchive._schema import tables
 from chatarchive._search import (
     HIGHLIGHT,
     SearchFilters,
@@ -58,10 +58,6 @@ __all__ = [
     "written",
 ]
 
-chats = metadata.tables["chats"]
-messages = metadata.tables["messages"]
-content_parts = metadata.tables["content_parts"]
-archive_settings = metadata.tables["archive_settings"]
 
 #: At most this many matching messages (or ``limit``, if larger) are ranked:
 #: all of them, for all but the most common words.
@@ -75,7 +71,9 @@ SETTING_FIELDS = tuple(_SETTING_NAMES)
 def settings(unit: Unit, /) -> SearchSettings:
     """The archive's search settings (read once per unit of work)."""
     if unit.search_settings is None:
-        stored = dict(unit.execute(select(archive_settings.c.name, archive_settings.c.value)).all())
+        stored = dict(
+            unit.execute(select(tables.archive_settings.c.name, tables.archive_settings.c.value)).all()
+        )
         known_settings(unit, [stored.get(name) for name in _SETTING_NAMES.values()])
     assert unit.search_settings is not None
     return unit.search_settings
@@ -84,7 +82,11 @@ def settings(unit: Unit, /) -> SearchSettings:
 def stored_setting(field: str) -> Any:
     """The stored value of a ``SearchSettings`` field, as a scalar subquery (NULL: the default)."""
     name = _SETTING_NAMES[field]
-    return select(archive_settings.c.value).where(archive_settings.c.name == name).scalar_subquery()
+    return (
+        select(tables.archive_settings.c.value)
+        .where(tables.archive_settings.c.name == name)
+        .scalar_subquery()
+    )
 
 
 def known_settings(unit: Unit, /, values: Sequence[str | None]) -> None:
@@ -155,9 +157,13 @@ def changed(unit: Unit, /, chat_id: str, from_position: int) -> None:
 def _mark(unit: Unit, /, chat_id: str, position: int) -> None:
     """Mark the chat's messages from ``position`` on (and any marked before) as to be indexed."""
     unit.execute(
-        update_rows(chats)
-        .where(chats.c.chat_id == chat_id)
-        .values(search_from=case((chats.c.search_from < position, chats.c.search_from), else_=position))
+        update_rows(tables.chats)
+        .where(tables.chats.c.chat_id == chat_id)
+        .values(
+            search_from=case(
+                (tables.chats.c.search_from < position, tables.chats.c.search_from), else_=position
+            )
+        )
     )
 
 
@@ -199,29 +205,36 @@ def _stored_texts(
     on; without it, from each chat's ``search_from``) that search reads."""
     if from_position is None:
         start: Any = (
-            select(chats.c.search_from).where(chats.c.chat_id == messages.c.chat_id).scalar_subquery()
+            select(tables.chats.c.search_from)
+            .where(tables.chats.c.chat_id == tables.messages.c.chat_id)
+            .scalar_subquery()
         )
         part_start: Any = (
-            select(chats.c.search_from).where(chats.c.chat_id == content_parts.c.chat_id).scalar_subquery()
+            select(tables.chats.c.search_from)
+            .where(tables.chats.c.chat_id == tables.content_parts.c.chat_id)
+            .scalar_subquery()
         )
     else:
         start = part_start = from_position
     message_rows = (
         unit.execute(
-            select(messages.c.chat_id, messages.c.position, messages.c.text, messages.c.chat_user_id).where(
-                messages.c.chat_id.in_(chat_ids), messages.c.position >= start
-            )
+            select(
+                tables.messages.c.chat_id,
+                tables.messages.c.position,
+                tables.messages.c.text,
+                tables.messages.c.chat_user_id,
+            ).where(tables.messages.c.chat_id.in_(chat_ids), tables.messages.c.position >= start)
         )
         .mappings()
         .all()
     )
-    part_rows = _text_parts(unit, content_parts.c.message_position >= part_start, chat_ids=chat_ids)
+    part_rows = _text_parts(unit, tables.content_parts.c.message_position >= part_start, chat_ids=chat_ids)
     return [dict(row) for row in message_rows], part_rows
 
 
 _MARKED_CHAT = (
-    select(chats.c.search_from)
-    .where(chats.c.chat_id == bindparam("chat"), chats.c.search_from.is_not(None))
+    select(tables.chats.c.search_from)
+    .where(tables.chats.c.chat_id == bindparam("chat"), tables.chats.c.search_from.is_not(None))
     .with_for_update(skip_locked=True)
 )
 
@@ -230,13 +243,17 @@ def _text_parts(unit: Unit, /, *where: Any, chat_ids: Sequence[str]) -> list[Map
     """The text parts of ``chat_ids``'s messages (those ``where`` selects), in order."""
     query = (
         select(
-            content_parts.c.chat_id,
-            content_parts.c.message_position,
-            content_parts.c.type,
-            content_parts.c.text,
+            tables.content_parts.c.chat_id,
+            tables.content_parts.c.message_position,
+            tables.content_parts.c.type,
+            tables.content_parts.c.text,
         )
-        .where(content_parts.c.chat_id.in_(chat_ids), content_parts.c.type == "text", *where)
-        .order_by(content_parts.c.chat_id, content_parts.c.message_position, content_parts.c.position)
+        .where(tables.content_parts.c.chat_id.in_(chat_ids), tables.content_parts.c.type == "text", *where)
+        .order_by(
+            tables.content_parts.c.chat_id,
+            tables.content_parts.c.message_position,
+            tables.content_parts.c.position,
+        )
     )
     return [dict(row) for row in unit.execute(query).mappings()]
 
@@ -259,9 +276,9 @@ def index_pending(unit: Unit, /, *, chats_per_batch: int) -> int:
     if current.indexing == "off":
         return 0
     marked = (
-        select(chats.c.chat_id)
-        .where(chats.c.search_from.is_not(None))
-        .order_by(chats.c.updated_at, chats.c.chat_id)
+        select(tables.chats.c.chat_id)
+        .where(tables.chats.c.search_from.is_not(None))
+        .order_by(tables.chats.c.updated_at, tables.chats.c.chat_id)
         .limit(chats_per_batch * CANDIDATES_PER_CHAT)
     )
     with unit.writing():
@@ -280,7 +297,9 @@ def index_pending(unit: Unit, /, *, chats_per_batch: int) -> int:
         unit.backend.delete_terms(unit.executor, list(batch.items()))
         message_rows, part_rows = _stored_texts(unit, chat_ids)
         unit.backend.write_terms(unit.executor, entries(current, message_rows, part_rows))
-        unit.execute(update_rows(chats).where(chats.c.chat_id.in_(chat_ids)).values(search_from=None))
+        unit.execute(
+            update_rows(tables.chats).where(tables.chats.c.chat_id.in_(chat_ids)).values(search_from=None)
+        )
     return len(batch)
 
 
@@ -294,13 +313,16 @@ def index_all_pending(unit: Unit, /) -> int:
 
 def is_empty(unit: Unit, /) -> bool:
     """Whether the archive holds no chat."""
-    return unit.execute(select(chats.c.chat_id).limit(1)).first() is None
+    return unit.execute(select(tables.chats.c.chat_id).limit(1)).first() is None
 
 
 def pending(unit: Unit, /, user_id: str | None = None) -> tuple[int, datetime | None]:
     """How many chats (of ``user_id``'s) are marked, and when the oldest was written."""
     query = unit.only_chats_of(
-        select(func.count(), func.min(chats.c.updated_at)).where(chats.c.search_from.is_not(None)), user_id
+        select(func.count(), func.min(tables.chats.c.updated_at)).where(
+            tables.chats.c.search_from.is_not(None)
+        ),
+        user_id,
     )
     count, oldest = unit.execute(query).one()
     return int(count), oldest
@@ -314,10 +336,10 @@ def configure(unit: Unit, /, *, rebuild: bool = False, **changes: Any) -> Search
     after = replace(before, **{name: value for name, value in changes.items() if value is not None})
     with unit.writing():
         for field, name in _SETTING_NAMES.items():
-            unit.execute(delete_rows(archive_settings).where(archive_settings.c.name == name))
+            unit.execute(delete_rows(tables.archive_settings).where(tables.archive_settings.c.name == name))
             value = getattr(after, field)
             if value != getattr(SearchSettings(), field):
-                unit.insert(archive_settings, [{"name": name, "value": value}])
+                unit.insert(tables.archive_settings, [{"name": name, "value": value}])
         unit.search_settings = after
         reindex = after.indexing != "off" and (
             rebuild
@@ -327,7 +349,9 @@ def configure(unit: Unit, /, *, rebuild: bool = False, **changes: Any) -> Search
         if after.indexing == "off" or reindex:
             unit.backend.clear_terms(unit.connection)
         if reindex:
-            unit.execute(update_rows(chats).where(chats.c.message_count > 0).values(search_from=0))
+            unit.execute(
+                update_rows(tables.chats).where(tables.chats.c.message_count > 0).values(search_from=0)
+            )
         if after.indexing == "sync":
             index_all_pending(unit)
     return after
@@ -342,7 +366,7 @@ def _texts_of(unit: Unit, /, rows: Sequence[Any]) -> dict[tuple[str, int], str]:
     missing = [row for row in rows if row.text is None]
     parts = []
     if missing:
-        positions = content_parts.c.message_position.in_(sorted({row.position for row in missing}))
+        positions = tables.content_parts.c.message_position.in_(sorted({row.position for row in missing}))
         parts = _text_parts(unit, positions, chat_ids=sorted({row.chat_id for row in missing}))
     return {key: text for key, (text, _user) in _texts([row._mapping for row in rows], parts).items()}
 

@@ -18,7 +18,7 @@ from chatarchive._arguments import is_whole_number, require_text
 from chatarchive._document import DEFAULT_LIMITS, Message, parse_messages
 from chatarchive._exceptions import InvalidArgument, InvalidDocument, quoted
 from chatarchive._rows import fold_chunks
-from chatarchive._schema import DOCUMENT_ORDER, metadata
+from chatarchive._schema import DOCUMENT_ORDER, tables
 from chatarchive._types import ArchiveText
 
 from . import searching
@@ -33,10 +33,6 @@ __all__ = [
     "record_message",
     "record_response",
 ]
-
-chats = metadata.tables["chats"]
-messages = metadata.tables["messages"]
-message_chunks = metadata.tables["message_chunks"]
 
 
 def record_completion(unit: Unit, /, chat_id: str, completion: Any, *, choice: int = 0) -> Message:
@@ -149,10 +145,10 @@ def append_chunk(
     if tool_call_index is not None:
         _check_tool_call_index(unit, chat_id, tool_call_index)
     following = (
-        select(func.coalesce(func.max(message_chunks.c.position) + 1, 0))
+        select(func.coalesce(func.max(tables.message_chunks.c.position) + 1, 0))
         .where(
-            message_chunks.c.chat_id == messages.c.chat_id,
-            message_chunks.c.message_position == messages.c.position,
+            tables.message_chunks.c.chat_id == tables.messages.c.chat_id,
+            tables.message_chunks.c.message_position == tables.messages.c.position,
         )
         .scalar_subquery()
     )
@@ -163,40 +159,46 @@ def append_chunk(
     # chunk, which names the message by its position.
     source = unit.scoped(
         select(
-            messages.c.chat_id,
-            messages.c.position,
+            tables.messages.c.chat_id,
+            tables.messages.c.position,
             following,
             literal(tool_call_index, Integer()),
             literal(chunk, ArchiveText()),
-            messages.c.chat_user_id,
+            tables.messages.c.chat_user_id,
         )
-        .join(chats, chats.c.chat_id == messages.c.chat_id)
-        .where(messages.c.chat_id == chat_id, messages.c.uid == message_uid, messages.c.completed.is_(False))
+        .join(tables.chats, tables.chats.c.chat_id == tables.messages.c.chat_id)
+        .where(
+            tables.messages.c.chat_id == chat_id,
+            tables.messages.c.uid == message_uid,
+            tables.messages.c.completed.is_(False),
+        )
     )
     if unit.backend.locks_rows_in_any_statement(unit.connection):
-        statement = insert(message_chunks).from_select(_CHUNK_COLUMNS, source.with_for_update(**_KEY_SHARE))
+        statement = insert(tables.message_chunks).from_select(
+            _CHUNK_COLUMNS, source.with_for_update(**_KEY_SHARE)
+        )
         # One statement: no savepoint needed, it changes all or nothing.
         with unit.reading():
-            inserted = unit.execute(statement.returning(message_chunks.c.position)).first()
+            inserted = unit.execute(statement.returning(tables.message_chunks.c.position)).first()
     else:
         with unit.writing():
             locked = unit.execute(
-                select(messages.c.position)
-                .where(messages.c.chat_id == chat_id, messages.c.uid == message_uid)
+                select(tables.messages.c.position)
+                .where(tables.messages.c.chat_id == chat_id, tables.messages.c.uid == message_uid)
                 .with_for_update(**_KEY_SHARE)
             ).first()
-            statement = insert(message_chunks).from_select(_CHUNK_COLUMNS, source)
+            statement = insert(tables.message_chunks).from_select(_CHUNK_COLUMNS, source)
             inserted = (
                 None
                 if locked is None
-                else unit.execute(statement.returning(message_chunks.c.position)).first()
+                else unit.execute(statement.returning(tables.message_chunks.c.position)).first()
             )
     if inserted is None:
         _explain_missing_message(unit, chat_id, message_uid)
 
 
 _CHUNK_COLUMNS = ["chat_id", "message_position", "position", "tool_call_index", "text", "chat_user_id"]
-_KEY_SHARE: dict[str, Any] = {"read": True, "key_share": True, "of": messages}
+_KEY_SHARE: dict[str, Any] = {"read": True, "key_share": True, "of": tables.messages}
 
 
 def _check_tool_call_index(unit: Unit, /, chat_id: str, index: object) -> None:
@@ -235,11 +237,11 @@ def complete_message(unit: Unit, /, chat_id: str, message_uid: str, **fields: An
             _explain_missing_message(unit, chat_id, message_uid)
         position = found["position"]
         data = message_data(unit, chat_id, found)
-        chunks = select(message_chunks).where(
-            message_chunks.c.chat_id == chat_id, message_chunks.c.message_position == position
+        chunks = select(tables.message_chunks).where(
+            tables.message_chunks.c.chat_id == chat_id, tables.message_chunks.c.message_position == position
         )
         unfolded = fold_chunks(
-            data, list(unit.execute(chunks.order_by(*DOCUMENT_ORDER[message_chunks])).mappings())
+            data, list(unit.execute(chunks.order_by(*DOCUMENT_ORDER[tables.message_chunks])).mappings())
         )
         if unfolded and "tool_calls" not in fields:
             raise InvalidDocument(
@@ -253,8 +255,9 @@ def complete_message(unit: Unit, /, chat_id: str, message_uid: str, **fields: An
         data["completed"] = True
         message = parse_messages([data], chat_id=chat_id, first_index=position, limits=unit.limits)[0]
         unit.execute(
-            delete_rows(message_chunks).where(
-                message_chunks.c.chat_id == chat_id, message_chunks.c.message_position == position
+            delete_rows(tables.message_chunks).where(
+                tables.message_chunks.c.chat_id == chat_id,
+                tables.message_chunks.c.message_position == position,
             )
         )
         rewrite_message(unit, found, message, moment)
@@ -266,7 +269,9 @@ def _explain_missing_message(unit: Unit, /, chat_id: str, message_uid: str) -> N
     require_chat(unit, chat_id)
     with unit.reading():
         completed = unit.execute(
-            select(messages.c.completed).where(messages.c.chat_id == chat_id, messages.c.uid == message_uid)
+            select(tables.messages.c.completed).where(
+                tables.messages.c.chat_id == chat_id, tables.messages.c.uid == message_uid
+            )
         ).scalar()
     reason = "the message is already complete" if completed else f"no message with uid {quoted(message_uid)}"
     raise InvalidArgument(reason, argument="message_uid", chat_id=chat_id)

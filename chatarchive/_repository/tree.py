@@ -19,7 +19,7 @@ from sqlalchemy import delete as delete_rows
 from sqlalchemy import update as update_rows
 
 from chatarchive._exceptions import InvalidArgument, quoted
-from chatarchive._schema import metadata
+from chatarchive._schema import tables
 
 from . import searching
 from .unit import Unit
@@ -34,11 +34,6 @@ __all__ = [
     "subtree",
 ]
 
-messages = metadata.tables["messages"]
-content_parts = metadata.tables["content_parts"]
-tool_calls = metadata.tables["tool_calls"]
-message_chunks = metadata.tables["message_chunks"]
-feedback = metadata.tables["feedback"]
 
 #: Positions named per statement.
 _POSITIONS_PER_STATEMENT = 10_000
@@ -51,7 +46,9 @@ def message_at(unit: Unit, /, chat_id: str, uid: str, *, argument: str) -> Mappi
         InvalidArgument: the chat has no message with this uid.
     """
     row = (
-        unit.execute(select(messages).where(messages.c.chat_id == chat_id, messages.c.uid == uid))
+        unit.execute(
+            select(tables.messages).where(tables.messages.c.chat_id == chat_id, tables.messages.c.uid == uid)
+        )
         .mappings()
         .first()
     )
@@ -66,12 +63,15 @@ def next_sibling_index(unit: Unit, /, chat_id: str, parent: int | None, message_
     if (parent is None and message_count == 0) or (parent is not None and parent == message_count - 1):
         return 0
     same_parent = (
-        messages.c.parent_position.is_(None)
+        tables.messages.c.parent_position.is_(None)
         if parent is None
-        else (messages.c.parent_position == parent) & (messages.c.position > parent)  # children come later
+        else (tables.messages.c.parent_position == parent)
+        & (tables.messages.c.position > parent)  # children come later
     )
     return int(
-        unit.execute(select(func.count()).where(messages.c.chat_id == chat_id, same_parent)).scalar_one()
+        unit.execute(
+            select(func.count()).where(tables.messages.c.chat_id == chat_id, same_parent)
+        ).scalar_one()
     )
 
 
@@ -85,9 +85,9 @@ def _links(unit: Unit, /, chat_id: str) -> dict[int, tuple[int | None, bool]]:
     position: one read of two small columns of the chat's rows, which is
     cheaper than walking up a long path an index lookup at a time."""
     rows = unit.execute(
-        select(messages.c.position, messages.c.parent_position, messages.c.on_path).where(
-            messages.c.chat_id == chat_id
-        )
+        select(
+            tables.messages.c.position, tables.messages.c.parent_position, tables.messages.c.on_path
+        ).where(tables.messages.c.chat_id == chat_id)
     )
     return {position: (parent, bool(on_path)) for position, parent, on_path in rows}
 
@@ -104,8 +104,10 @@ def cut_path_below(unit: Unit, /, chat_id: str, position: int | None) -> int:
     """End the active path at ``position``, a message on it (``None``: empty
     it): the messages of the path below it leave it, which are the path's
     messages after it. Returns how many left."""
-    below = messages.c.position > (-1 if position is None else position)
-    statement = update_rows(messages).where(messages.c.chat_id == chat_id, messages.c.on_path, below)
+    below = tables.messages.c.position > (-1 if position is None else position)
+    statement = update_rows(tables.messages).where(
+        tables.messages.c.chat_id == chat_id, tables.messages.c.on_path, below
+    )
     result = cast(CursorResult[Any], unit.execute(statement.values(on_path=False)))
     return int(result.rowcount)
 
@@ -119,9 +121,9 @@ def move_path(unit: Unit, /, chat_id: str, leaf: int | None) -> int:
     changed = sorted(position for position, (_, on_path) in links.items() if on_path != (position in path))
     for piece in _pieces(changed):
         unit.execute(
-            update_rows(messages)
-            .where(messages.c.chat_id == chat_id, messages.c.position.in_(piece))
-            .values(on_path=not_(messages.c.on_path))
+            update_rows(tables.messages)
+            .where(tables.messages.c.chat_id == chat_id, tables.messages.c.position.in_(piece))
+            .values(on_path=not_(tables.messages.c.on_path))
         )
     return len(path)
 
@@ -130,9 +132,9 @@ def subtree(unit: Unit, /, chat_id: str, root: int) -> list[int]:
     """The positions of ``root`` and of every message below it. Children come
     after their parent, so one pass over the later messages finds them all."""
     rows = unit.execute(
-        select(messages.c.position, messages.c.parent_position)
-        .where(messages.c.chat_id == chat_id, messages.c.position >= root)
-        .order_by(messages.c.position)
+        select(tables.messages.c.position, tables.messages.c.parent_position)
+        .where(tables.messages.c.chat_id == chat_id, tables.messages.c.position >= root)
+        .order_by(tables.messages.c.position)
     ).all()
     found = {root}
     for position, parent in rows:
@@ -156,15 +158,23 @@ def remove(unit: Unit, /, chat_id: str, positions: Sequence[int], message_count:
         def chosen(column: Any, piece: Sequence[int] | None = piece) -> Any:
             return column >= first if piece is None else column.in_(piece)
 
-        uids = select(messages.c.uid).where(messages.c.chat_id == chat_id, chosen(messages.c.position))
-        unit.execute(
-            delete_rows(feedback).where(feedback.c.chat_id == chat_id, feedback.c.message_uid.in_(uids))
+        uids = select(tables.messages.c.uid).where(
+            tables.messages.c.chat_id == chat_id, chosen(tables.messages.c.position)
         )
-        for table in (message_chunks, content_parts, tool_calls):
+        unit.execute(
+            delete_rows(tables.feedback).where(
+                tables.feedback.c.chat_id == chat_id, tables.feedback.c.message_uid.in_(uids)
+            )
+        )
+        for table in (tables.message_chunks, tables.content_parts, tables.tool_calls):
             unit.execute(
                 delete_rows(table).where(table.c.chat_id == chat_id, chosen(table.c.message_position))
             )
-        unit.execute(delete_rows(messages).where(messages.c.chat_id == chat_id, chosen(messages.c.position)))
+        unit.execute(
+            delete_rows(tables.messages).where(
+                tables.messages.c.chat_id == chat_id, chosen(tables.messages.c.position)
+            )
+        )
     if not last_ones:
         _close_gaps(unit, chat_id, after=first)
         # The messages that moved were written again, without their search terms.
@@ -178,9 +188,9 @@ def _close_gaps(unit: Unit, /, chat_id: str, *, after: int) -> None:
     the rows of the messages that move are taken out and put back."""
     moved = (
         unit.execute(
-            select(messages)
-            .where(messages.c.chat_id == chat_id, messages.c.position > after)
-            .order_by(messages.c.position)
+            select(tables.messages)
+            .where(tables.messages.c.chat_id == chat_id, tables.messages.c.position > after)
+            .order_by(tables.messages.c.position)
         )
         .mappings()
         .all()
@@ -195,25 +205,37 @@ def _close_gaps(unit: Unit, /, chat_id: str, *, after: int) -> None:
         )
         .mappings()
         .all()
-        for table in (content_parts, tool_calls, message_chunks)
+        for table in (tables.content_parts, tables.tool_calls, tables.message_chunks)
     }
     uids = [row["uid"] for row in moved]
     kept_feedback = (
-        unit.execute(select(feedback).where(feedback.c.chat_id == chat_id, feedback.c.message_uid.in_(uids)))
+        unit.execute(
+            select(tables.feedback).where(
+                tables.feedback.c.chat_id == chat_id, tables.feedback.c.message_uid.in_(uids)
+            )
+        )
         .mappings()
         .all()
     )
-    unit.execute(delete_rows(feedback).where(feedback.c.chat_id == chat_id, feedback.c.message_uid.in_(uids)))
+    unit.execute(
+        delete_rows(tables.feedback).where(
+            tables.feedback.c.chat_id == chat_id, tables.feedback.c.message_uid.in_(uids)
+        )
+    )
     for table in children:
         unit.execute(delete_rows(table).where(table.c.chat_id == chat_id, table.c.message_position.in_(old)))
-    unit.execute(delete_rows(messages).where(messages.c.chat_id == chat_id, messages.c.position > after))
+    unit.execute(
+        delete_rows(tables.messages).where(
+            tables.messages.c.chat_id == chat_id, tables.messages.c.position > after
+        )
+    )
 
     # Siblings keep their order; those after a removed one move up a place.
     siblings_before = dict(
         unit.execute(
-            select(messages.c.parent_position, func.count())
-            .where(messages.c.chat_id == chat_id, messages.c.position < after)
-            .group_by(messages.c.parent_position)
+            select(tables.messages.c.parent_position, func.count())
+            .where(tables.messages.c.chat_id == chat_id, tables.messages.c.position < after)
+            .group_by(tables.messages.c.parent_position)
         ).all()
     )
     rows = []
@@ -230,12 +252,12 @@ def _close_gaps(unit: Unit, /, chat_id: str, *, after: int) -> None:
                 "sibling_index": sibling_index,
             }
         )
-    unit.insert(messages, rows)
+    unit.insert(tables.messages, rows)
     for table, table_rows in children.items():
         unit.insert(
             table, [{**row, "message_position": new_position[row["message_position"]]} for row in table_rows]
         )
-    unit.insert(feedback, [dict(row) for row in kept_feedback])
+    unit.insert(tables.feedback, [dict(row) for row in kept_feedback])
 
 
 def _pieces(positions: Sequence[int]) -> Iterator[Sequence[int]]:

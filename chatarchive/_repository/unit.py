@@ -22,12 +22,11 @@ from chatarchive._backends import Backend, Executor, database_errors
 from chatarchive._backends.base import connection_of
 from chatarchive._document import ChatDocument, Limits
 from chatarchive._exceptions import InvalidDocument
-from chatarchive._schema import metadata
+from chatarchive._schema import tables
 from chatarchive._terms import SearchSettings
 
 __all__ = ["NOBODY", "Unit", "now", "scoped_user"]
 
-_chats = metadata.tables["chats"]
 
 #: A user no chat can belong to: what a user's unit reads for another user.
 NOBODY = "\x00nobody"
@@ -123,7 +122,7 @@ class Unit:
 
     def scoped(self, query: Any) -> Any:
         """``query`` over ``chats``, kept to this unit's user's chats (when it has one)."""
-        return query if self.user_id is None else query.where(_chats.c.user_id == self.user_id)
+        return query if self.user_id is None else query.where(tables.chats.c.user_id == self.user_id)
 
     def only_chats_of(self, query: Any, user_id: str | None) -> Any:
         """``query`` over ``chats``, kept to the chats of ``user_id`` (a user
@@ -131,7 +130,7 @@ class Unit:
         user = scoped_user(self.user_id, user_id)
         if user is NOBODY:
             return query.where(false())
-        return query if user is None else query.where(_chats.c.user_id == user)
+        return query if user is None else query.where(tables.chats.c.user_id == user)
 
     def visible(self, row: Mapping[Any, Any]) -> bool:
         """Whether this unit may see the chat of ``row`` (a chats row)."""

@@ -45,7 +45,7 @@ from chatarchive._rows import (
     message_from_rows,
     messages_to_rows,
 )
-from chatarchive._schema import DOCUMENT_ORDER, in_pieces, metadata
+from chatarchive._schema import DOCUMENT_ORDER, in_pieces, tables
 
 from . import searching
 from .appends import adding_values, append_in_one_statement
@@ -83,13 +83,6 @@ __all__ = [
     "update_message",
 ]
 
-chats = metadata.tables["chats"]
-chat_tags = metadata.tables["chat_tags"]
-messages_table = metadata.tables["messages"]
-content_parts = metadata.tables["content_parts"]
-tool_calls = metadata.tables["tool_calls"]
-feedback_table = metadata.tables["feedback"]
-message_chunks = metadata.tables["message_chunks"]
 
 #: How often a write looks for a chat that another writer keeps creating (and
 #: deleting) between its lookup and its insert before it gives up.
@@ -99,7 +92,14 @@ CREATE_ATTEMPTS = 3
 _DELETE_CHUNK = 500
 
 # Children first, so that deleting never trips a foreign key.
-_CHILD_TABLES = (feedback_table, message_chunks, content_parts, tool_calls, messages_table, chat_tags)
+_CHILD_TABLES = (
+    tables.feedback,
+    tables.message_chunks,
+    tables.content_parts,
+    tables.tool_calls,
+    tables.messages,
+    tables.chat_tags,
+)
 
 
 class ChatChanges(TypedDict, total=False):
@@ -162,14 +162,16 @@ def save(unit: Unit, /, doc: ChatDocument | Mapping[str, Any], *, expected_versi
                 if not unit.backend.create_chat(unit.executor, rows.chat):
                     continue  # another writer created the chat after the lock found none: replace it
             else:
-                delete_children(unit, chats.c.chat_id == doc.chat_id)
+                delete_children(unit, tables.chats.c.chat_id == doc.chat_id)
                 unit.execute(
-                    update_rows(chats).where(chats.c.chat_id == doc.chat_id).values(written_again(rows.chat))
+                    update_rows(tables.chats)
+                    .where(tables.chats.c.chat_id == doc.chat_id)
+                    .values(written_again(rows.chat))
                 )
-            unit.insert(chat_tags, rows.tags)
+            unit.insert(tables.chat_tags, rows.tags)
             insert_messages(unit, rows)
             searching.written(unit, rows.messages, rows.parts, marked=True)
-            unit.insert(feedback_table, rows.feedback)
+            unit.insert(tables.feedback, rows.feedback)
             return stored + 1
     if unit.user_id is not None:  # there, but row-level security hides it: another user's
         raise ChatNotFound(doc.chat_id)
@@ -366,8 +368,8 @@ def _add(
         count = before["message_count"]
         taken = None
         for uids in in_pieces(given):
-            stored = select(messages_table.c.uid).where(
-                messages_table.c.chat_id == chat_id, messages_table.c.uid.in_(uids)
+            stored = select(tables.messages.c.uid).where(
+                tables.messages.c.chat_id == chat_id, tables.messages.c.uid.in_(uids)
             )
             taken = unit.execute(stored).scalars().first()
             if taken is not None:
@@ -391,18 +393,22 @@ def _add(
                 on_path = True
             elif not on_path:  # a sibling of a message off the path: is its parent on it?
                 on_path = unit.execute(
-                    select(messages_table.c.on_path).where(
-                        messages_table.c.chat_id == chat_id, messages_table.c.position == attach_to
+                    select(tables.messages.c.on_path).where(
+                        tables.messages.c.chat_id == chat_id, tables.messages.c.position == attach_to
                     )
                 ).scalar_one()
         sibling_index = next_sibling_index(unit, chat_id, attach_to, count)
         if attach_to != before["active_leaf"]:  # a new branch: the path moves to it
             path_length: Any
             if on_path:  # the path is cut below the branch's parent (the usual case: no walk up the tree)
-                path_length = chats.c.path_length - cut_path_below(unit, chat_id, attach_to)
+                path_length = tables.chats.c.path_length - cut_path_below(unit, chat_id, attach_to)
             else:
                 path_length = move_path(unit, chat_id, attach_to) + len(parsed)
-            unit.execute(update_rows(chats).where(chats.c.chat_id == chat_id).values(path_length=path_length))
+            unit.execute(
+                update_rows(tables.chats)
+                .where(tables.chats.c.chat_id == chat_id)
+                .values(path_length=path_length)
+            )
         rows = messages_to_rows(
             chat_id,
             parsed,
@@ -451,18 +457,18 @@ def add_feedback(unit: Unit, /, chat_id: str, feedback: Feedback | Mapping[str, 
     known_message = (
         true()
         if parsed.message_uid is None
-        else select(messages_table.c.position)
-        .where(messages_table.c.chat_id == chat_id, messages_table.c.uid == parsed.message_uid)
+        else select(tables.messages.c.position)
+        .where(tables.messages.c.chat_id == chat_id, tables.messages.c.uid == parsed.message_uid)
         .exists()
     )
     with unit.writing():
         before = bump(unit, chat_id, None, moment)
         next_position, clashes, message_found = unit.execute(
             select(
-                func.coalesce(func.max(feedback_table.c.position) + 1, 0),
-                func.count(case((feedback_table.c.id == parsed.id, 1))),
+                func.coalesce(func.max(tables.feedback.c.position) + 1, 0),
+                func.count(case((tables.feedback.c.id == parsed.id, 1))),
                 known_message,
-            ).where(feedback_table.c.chat_id == chat_id)
+            ).where(tables.feedback.c.chat_id == chat_id)
         ).one()
         if not message_found:
             raise InvalidDocument(
@@ -473,7 +479,7 @@ def add_feedback(unit: Unit, /, chat_id: str, feedback: Feedback | Mapping[str, 
         if clashes:
             raise InvalidDocument(f"duplicate feedback id {parsed.id!r}", chat_id=chat_id, field="id")
         unit.insert(
-            feedback_table,
+            tables.feedback,
             [feedback_to_row(chat_id, next_position, parsed, now=moment, user_id=before["user_id"])],
         )
     return parsed if parsed.created_at else parsed.model_copy(update={"created_at": moment})
@@ -496,8 +502,8 @@ def delete_feedback(
     with unit.writing():
         before = bump(unit, chat_id, expected_version, moment)
         removed = unit.execute(
-            delete_rows(feedback_table).where(
-                feedback_table.c.chat_id == chat_id, feedback_table.c.id == feedback_id
+            delete_rows(tables.feedback).where(
+                tables.feedback.c.chat_id == chat_id, tables.feedback.c.id == feedback_id
             )
         )
         if not removed.rowcount:  # type: ignore[attr-defined]
@@ -538,9 +544,9 @@ def update(
             for table in unit.backend.owned_tables():
                 unit.execute(update_rows(table).where(table.c.chat_id == chat_id).values(chat_user_id=user))
         if "tags" in changes:
-            unit.execute(delete_rows(chat_tags).where(chat_tags.c.chat_id == chat_id))
+            unit.execute(delete_rows(tables.chat_tags).where(tables.chat_tags.c.chat_id == chat_id))
             unit.insert(
-                chat_tags,
+                tables.chat_tags,
                 [
                     {"chat_id": chat_id, "tag": tag, "position": i, "chat_user_id": user}
                     for i, tag in enumerate(checked.tags)
@@ -636,11 +642,11 @@ def truncate(
         leaf = path[keep - 1] if keep else None
         if not delete:
             unit.execute(
-                update_rows(messages_table)
+                update_rows(tables.messages)
                 .where(
-                    messages_table.c.chat_id == chat_id,
-                    messages_table.c.on_path,
-                    messages_table.c.position >= path[keep],
+                    tables.messages.c.chat_id == chat_id,
+                    tables.messages.c.on_path,
+                    tables.messages.c.position >= path[keep],
                 )
                 .values(on_path=False)
             )
@@ -666,8 +672,8 @@ def delete(unit: Unit, /, chat_id: str) -> None:
     """
     with unit.writing():
         lock(unit, chat_id)
-        delete_children(unit, chats.c.chat_id == chat_id)
-        unit.execute(delete_rows(chats).where(chats.c.chat_id == chat_id))
+        delete_children(unit, tables.chats.c.chat_id == chat_id)
+        unit.execute(delete_rows(tables.chats).where(tables.chats.c.chat_id == chat_id))
 
 
 def delete_user(unit: Unit, /, user_id: str) -> int:
@@ -675,8 +681,8 @@ def delete_user(unit: Unit, /, user_id: str) -> int:
     user_id = require_user_id(user_id)
     if unit.user_id is not None and user_id != unit.user_id:
         return 0
-    owned = chats.c.user_id == user_id
-    listed = select(chats.c.chat_id).where(owned).order_by(chats.c.chat_id).limit(_DELETE_CHUNK)
+    owned = tables.chats.c.user_id == user_id
+    listed = select(tables.chats.c.chat_id).where(owned).order_by(tables.chats.c.chat_id).limit(_DELETE_CHUNK)
     deleted = 0
     with unit.writing():
         # The user's chats locked before any of their rows goes, one at a time
@@ -684,9 +690,9 @@ def delete_user(unit: Unit, /, user_id: str) -> int:
         # chat's rows, so erasure waits for it, never it for erasure.
         while chat_ids := list(unit.execute(listed).scalars()):
             locked = lock_in_order(unit, chat_ids, owned)
-            chosen = chats.c.chat_id.in_(locked)
+            chosen = tables.chats.c.chat_id.in_(locked)
             delete_children(unit, chosen)
-            unit.execute(delete_rows(chats).where(chosen))
+            unit.execute(delete_rows(tables.chats).where(chosen))
             deleted += len(locked)
     return deleted
 
@@ -730,10 +736,12 @@ def _delete_old_chats(unit: Unit, /, cutoff: datetime, user_id: str | None, limi
     user = scoped_user(unit.user_id, user_id)
     if user is NOBODY:
         return 0
-    old = chats.c.updated_at < cutoff
+    old = tables.chats.c.updated_at < cutoff
     if user is not None:
-        old = and_(old, chats.c.user_id == user)
-    candidates = select(chats.c.chat_id).where(old).order_by(chats.c.updated_at, chats.c.chat_id)
+        old = and_(old, tables.chats.c.user_id == user)
+    candidates = (
+        select(tables.chats.c.chat_id).where(old).order_by(tables.chats.c.updated_at, tables.chats.c.chat_id)
+    )
     deleted = 0
     with unit.writing():
         # A chunk at a time, so that neither the ids held here nor the
@@ -743,10 +751,12 @@ def _delete_old_chats(unit: Unit, /, cutoff: datetime, user_id: str | None, limi
             if not chat_ids:
                 break
             # Locked, then checked again: one that an append has just brought past the cutoff stays.
-            locked = [row["chat_id"] for row in lock_chats(unit, and_(chats.c.chat_id.in_(chat_ids), old))]
-            chosen = chats.c.chat_id.in_(locked)
+            locked = [
+                row["chat_id"] for row in lock_chats(unit, and_(tables.chats.c.chat_id.in_(chat_ids), old))
+            ]
+            chosen = tables.chats.c.chat_id.in_(locked)
             delete_children(unit, chosen)
-            unit.execute(delete_rows(chats).where(chosen))
+            unit.execute(delete_rows(tables.chats).where(chosen))
             deleted += len(locked)
     return deleted
 
@@ -755,14 +765,14 @@ def _delete_old_chats(unit: Unit, /, cutoff: datetime, user_id: str | None, limi
 
 
 def insert_messages(unit: Unit, /, rows: MessageRows) -> None:
-    unit.insert(messages_table, rows.messages)
-    unit.insert(content_parts, rows.parts)
-    unit.insert(tool_calls, rows.tool_calls)
+    unit.insert(tables.messages, rows.messages)
+    unit.insert(tables.content_parts, rows.parts)
+    unit.insert(tables.tool_calls, rows.tool_calls)
 
 
 def delete_children(unit: Unit, /, chat_filter: Any) -> None:
     """Delete the rows of every chat ``chat_filter`` selects, but the chats' own."""
-    selected = select(chats.c.chat_id).where(chat_filter).scalar_subquery()
+    selected = select(tables.chats.c.chat_id).where(chat_filter).scalar_subquery()
     for table in _CHILD_TABLES:
         unit.execute(delete_rows(table).where(table.c.chat_id.in_(selected)))
 
@@ -771,14 +781,16 @@ def require_chat(unit: Unit, /, chat_id: str) -> None:
     """Raise ``ChatNotFound`` unless the unit sees the chat."""
     require_text(chat_id, "chat_id")
     with unit.reading():
-        found = unit.execute(unit.scoped(select(chats.c.chat_id).where(chats.c.chat_id == chat_id))).first()
+        found = unit.execute(
+            unit.scoped(select(tables.chats.c.chat_id).where(tables.chats.c.chat_id == chat_id))
+        ).first()
     if found is None:
         raise ChatNotFound(chat_id)
 
 
 def stored_message(unit: Unit, /, chat_id: str, uid: str) -> Mapping[Any, Any] | None:
     """The row of the chat's message ``uid`` (``None``: there is none)."""
-    query = select(messages_table).where(messages_table.c.chat_id == chat_id, messages_table.c.uid == uid)
+    query = select(tables.messages).where(tables.messages.c.chat_id == chat_id, tables.messages.c.uid == uid)
     return unit.execute(query).mappings().first()
 
 
@@ -790,7 +802,7 @@ def message_data(unit: Unit, /, chat_id: str, row: Mapping[Any, Any]) -> dict[st
         query = select(table).where(table.c.chat_id == chat_id, table.c.message_position == position)
         return list(unit.execute(query.order_by(*DOCUMENT_ORDER[table])).mappings())
 
-    return message_from_rows(row, rows_of(content_parts), rows_of(tool_calls))
+    return message_from_rows(row, rows_of(tables.content_parts), rows_of(tables.tool_calls))
 
 
 def rewrite_message(
@@ -803,14 +815,14 @@ def rewrite_message(
         chat_id, [message], user_id=stored["chat_user_id"], first_position=position, now=moment
     )
     if children:
-        for table in (content_parts, tool_calls):
+        for table in (tables.content_parts, tables.tool_calls):
             unit.execute(
                 delete_rows(table).where(table.c.chat_id == chat_id, table.c.message_position == position)
             )
     in_the_tree = ("parent_position", "sibling_index", "on_path")  # where it is does not change
     unit.execute(
-        update_rows(messages_table)
-        .where(messages_table.c.chat_id == chat_id, messages_table.c.position == position)
+        update_rows(tables.messages)
+        .where(tables.messages.c.chat_id == chat_id, tables.messages.c.position == position)
         .values(
             {
                 name: value
@@ -820,8 +832,8 @@ def rewrite_message(
         )
     )
     if children:
-        unit.insert(content_parts, rows.parts)
-        unit.insert(tool_calls, rows.tool_calls)
+        unit.insert(tables.content_parts, rows.parts)
+        unit.insert(tables.tool_calls, rows.tool_calls)
 
 
 def lock_chats(unit: Unit, /, where: Any, *columns: Any) -> list[Mapping[Any, Any]]:
@@ -830,9 +842,11 @@ def lock_chats(unit: Unit, /, where: Any, *columns: Any) -> list[Mapping[Any, An
     where the database has ``UPDATE ... RETURNING``: a distributed archive
     locks rows of several shards only so (it refuses ``SELECT ... FOR
     UPDATE`` across shards); ``SELECT ... FOR UPDATE`` elsewhere."""
-    returned = (chats.c.chat_id, *columns)
+    returned = (tables.chats.c.chat_id, *columns)
     if unit.connection.dialect.update_returning:
-        statement: Any = update_rows(chats).where(where).values(version=chats.c.version).returning(*returned)
+        statement: Any = (
+            update_rows(tables.chats).where(where).values(version=tables.chats.c.version).returning(*returned)
+        )
     else:
         statement = select(*returned).where(where).with_for_update()
     return list(unit.execute(statement).mappings())
@@ -845,14 +859,16 @@ def lock_in_order(unit: Unit, /, chat_ids: Sequence[str], where: Any) -> list[st
     time (each lock one shard's)."""
     if unit.backend.locks_rows_in_any_statement(unit.connection):
         ordered = (
-            select(chats.c.chat_id)
-            .where(chats.c.chat_id.in_(chat_ids), where)
-            .order_by(chats.c.chat_id)
+            select(tables.chats.c.chat_id)
+            .where(tables.chats.c.chat_id.in_(chat_ids), where)
+            .order_by(tables.chats.c.chat_id)
             .with_for_update()
         )
         return list(unit.execute(ordered).scalars())
     return [
-        chat_id for chat_id in sorted(chat_ids) if lock_chats(unit, and_(chats.c.chat_id == chat_id, where))
+        chat_id
+        for chat_id in sorted(chat_ids)
+        if lock_chats(unit, and_(tables.chats.c.chat_id == chat_id, where))
     ]
 
 
@@ -868,9 +884,14 @@ def _lock_row(unit: Unit, /, chat_id: str) -> Mapping[Any, Any] | None:
     require_text(chat_id, "chat_id")
     return (
         unit.execute(
-            select(chats.c.version, chats.c.message_count, chats.c.user_id)
-            .add_columns(chats.c.extra, chats.c.ordered_json, chats.c.active_leaf, chats.c.path_length)
-            .where(chats.c.chat_id == chat_id)
+            select(tables.chats.c.version, tables.chats.c.message_count, tables.chats.c.user_id)
+            .add_columns(
+                tables.chats.c.extra,
+                tables.chats.c.ordered_json,
+                tables.chats.c.active_leaf,
+                tables.chats.c.path_length,
+            )
+            .where(tables.chats.c.chat_id == chat_id)
             .with_for_update()
         )
         .mappings()
@@ -936,26 +957,26 @@ def _bump_statements() -> tuple[Any, Any]:
     settings; where they defer indexing, it marks the new messages for it
     (``searching``), so that an append is no more statements than with no
     search index at all."""
-    new_version: dict[str, Any] = {"version": chats.c.version + 1, "updated_at": bindparam("moment")}
-    returned: list[Any] = [chats.c.version, chats.c.message_count, chats.c.user_id]
+    new_version: dict[str, Any] = {"version": tables.chats.c.version + 1, "updated_at": bindparam("moment")}
+    returned: list[Any] = [tables.chats.c.version, tables.chats.c.message_count, tables.chats.c.user_id]
     alone = (
-        update_rows(chats)
-        .where(chats.c.chat_id == bindparam("bumped_chat"))
+        update_rows(tables.chats)
+        .where(tables.chats.c.chat_id == bindparam("bumped_chat"))
         .values(new_version)
-        .returning(*returned, chats.c.active_leaf)
+        .returning(*returned, tables.chats.c.active_leaf)
     )
     old = (
-        select(chats.c.chat_id, chats.c.active_leaf.label("previous_leaf"))
-        .where(chats.c.chat_id == bindparam("bumped_chat"))
+        select(tables.chats.c.chat_id, tables.chats.c.active_leaf.label("previous_leaf"))
+        .where(tables.chats.c.chat_id == bindparam("bumped_chat"))
         .with_for_update()
         .cte("old")
     )
     added = bindparam("added", type_=Integer)
     deferred = func.coalesce(searching.stored_setting("indexing"), "sync") != "sync"
     adding = (
-        update_rows(chats)
+        update_rows(tables.chats)
         # The chat's id named again: Citus then sends the whole statement to the chat's shard.
-        .where(chats.c.chat_id == old.c.chat_id, chats.c.chat_id == bindparam("bumped_chat"))
+        .where(tables.chats.c.chat_id == old.c.chat_id, tables.chats.c.chat_id == bindparam("bumped_chat"))
         .values(**new_version, **adding_values(added, deferred))
         .returning(
             *returned,
@@ -984,8 +1005,8 @@ def touch(unit: Unit, /, chat_id: str, current: Mapping[Any, Any], moment: datet
     """Give the locked chat its next version (and ``values``); returns it."""
     version = int(current["version"]) + 1
     unit.execute(
-        update_rows(chats)
-        .where(chats.c.chat_id == chat_id)
+        update_rows(tables.chats)
+        .where(tables.chats.c.chat_id == chat_id)
         .values(version=version, updated_at=moment, **values)
     )
     return version

@@ -4,20 +4,25 @@ A format module ends with ``FORMATS = (Format(...), ...)``; the package
 collects every module's records, and the import and export functions, the
 CLI's choices, auto-detection, the refusal messages and the documentation's
 format matrix all come from them. Adding a format is adding one module.
+
+A training format's ``dataset`` takes the ``Filters`` that choose its chats
+and a ``Selection`` that counts what it wrote and skipped, defined here with
+the record (``chatarchive.formats.finetune`` gives them too).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
+from chatarchive._arguments import is_real_number, optional_moment, optional_text, require_many, require_text
 from chatarchive._document import ChatDocument
+from chatarchive._exceptions import InvalidArgument
 
-if TYPE_CHECKING:
-    from .finetune import Filters, Selection
-
-__all__ = ["FAMILIES", "Format", "NearMiss"]
+__all__ = ["FAMILIES", "Filters", "Format", "NearMiss", "Selection", "role_names"]
 
 #: The kinds of format, in the order the documentation lists them.
 FAMILIES = ("chatarchive", "model API", "agent framework", "chat product", "dataset")
@@ -90,3 +95,41 @@ class Format:
         if write is None or self.whole_tree:
             return write
         return lambda doc: write(doc.path_document())
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What a dataset keeps: chats with a mean feedback score of at least
+    ``min_score`` (chats without scored feedback are left out when it is set),
+    of ``model``, created since ``since``, without the roles in ``exclude_roles``."""
+
+    min_score: float | None = None
+    model: str | None = None
+    since: datetime | None = None
+    exclude_roles: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        score = self.min_score
+        if score is not None and (not is_real_number(score) or not math.isfinite(score)):
+            raise InvalidArgument(f"min_score must be a finite number, not {score!r}", argument="min_score")
+        optional_text(self.model, "model")
+        object.__setattr__(self, "since", optional_moment(self.since, "since"))
+        object.__setattr__(self, "exclude_roles", role_names(self.exclude_roles))
+
+
+def role_names(roles: Iterable[str]) -> tuple[str, ...]:
+    """``exclude_roles`` as a tuple of role names: one name given alone would
+    otherwise be read as its letters, and exclude nothing."""
+    require_many(roles, "exclude_roles", "role names")
+    return tuple(require_text(role, "exclude_roles") for role in roles)
+
+
+@dataclass
+class Selection:
+    """The outcome of a dataset export: lines written and chats skipped, by reason."""
+
+    written: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def skip(self, reason: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1

@@ -24,17 +24,13 @@ an example).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-from chatarchive._arguments import is_real_number, optional_moment, optional_text, require_many, require_text
 from chatarchive._document import ChatDocument, Message
-from chatarchive._exceptions import InvalidArgument, InvalidDocument
+from chatarchive._exceptions import InvalidDocument
 
-from ._format import Format
+from ._format import Filters, Format, Selection, role_names
 from .canonical import has_messages
 
 __all__ = [
@@ -118,7 +114,7 @@ def training_messages(
     Raises:
         InvalidDocument: a message has a role fine-tuning does not accept.
     """
-    excluded = set(_roles(exclude_roles))
+    excluded = set(role_names(exclude_roles))
     lines = []
     for index, message in enumerate(messages):
         if message.role in excluded:
@@ -165,44 +161,6 @@ def _unanswered_before_the_end(doc: ChatDocument) -> bool:
     last = doc.messages[-1] if doc.messages else None
     final = {str(call.id) for call in (last.tool_calls or [])} if last and last.role == "assistant" else set()
     return any(call not in final for call in unanswered_tool_calls(doc))
-
-
-@dataclass(frozen=True)
-class Filters:
-    """What a dataset keeps: chats with a mean feedback score of at least
-    ``min_score`` (chats without scored feedback are left out when it is set),
-    of ``model``, created since ``since``, without the roles in ``exclude_roles``."""
-
-    min_score: float | None = None
-    model: str | None = None
-    since: datetime | None = None
-    exclude_roles: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        score = self.min_score
-        if score is not None and (not is_real_number(score) or not math.isfinite(score)):
-            raise InvalidArgument(f"min_score must be a finite number, not {score!r}", argument="min_score")
-        optional_text(self.model, "model")
-        object.__setattr__(self, "since", optional_moment(self.since, "since"))
-        object.__setattr__(self, "exclude_roles", _roles(self.exclude_roles))
-
-
-def _roles(roles: Iterable[str]) -> tuple[str, ...]:
-    """``exclude_roles`` as a tuple of role names: one name given alone would
-    otherwise be read as its letters, and exclude nothing."""
-    require_many(roles, "exclude_roles", "role names")
-    return tuple(require_text(role, "exclude_roles") for role in roles)
-
-
-@dataclass
-class Selection:
-    """The outcome of a dataset export: lines written and chats skipped, by reason."""
-
-    written: int = 0
-    skipped: dict[str, int] = field(default_factory=dict)
-
-    def skip(self, reason: str) -> None:
-        self.skipped[reason] = self.skipped.get(reason, 0) + 1
 
 
 def chosen(doc: ChatDocument, filters: Filters, selection: Selection) -> bool:
