@@ -26,7 +26,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 
 from . import _admin
 from ._arguments import require_many
-from ._repository import bulk, reads, streaming, writes
+from ._repository import analytics, bulk, reads, streaming, writes
 from ._repository.batches import Batches, PreparedBatch, prepared_batches
 from ._repository.plans import (
     Connected,
@@ -542,6 +542,12 @@ class ChatOperations:
     chat_ids = reading(reads.chat_ids)
     search = reading(reads.search)
     export = streamed(reads.export)
+    daily_usage = reading(analytics.daily_usage)
+    model_usage = reading(analytics.model_usage)
+    workflow_usage = reading(analytics.workflow_usage)
+    user_activity = reading(analytics.user_activity)
+    tool_usage = reading(analytics.tool_usage)
+    feedback_summary = reading(analytics.feedback_summary)
 
 
 class ArchiveOperations:

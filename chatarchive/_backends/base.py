@@ -301,9 +301,10 @@ class Backend(ABC):
         """``value`` compared by its bytes."""
         return value
 
-    def before_analytics(self, executor: Executor) -> None:
-        """Set up the transaction for the analytics queries."""
-        return
+    @contextmanager
+    def analytics_session(self, executor: Executor) -> Iterator[None]:
+        """Around the analytics queries: settings they run best with."""
+        yield
 
     # -- migrations ---------------------------------------------------------------------------
 

@@ -458,10 +458,22 @@ class PostgreSQL(Backend):
         # strcoll for every comparison (the view daily_usage does the same).
         return value.collate("C")
 
-    def before_analytics(self, executor: Executor) -> None:
+    @contextmanager
+    def analytics_session(self, executor: Executor) -> Iterator[None]:
         # These queries take well under a second; PostgreSQL's JIT compiler, which
         # their cost estimates would trigger, takes longer than that to compile them.
-        executor.execute(text("SET LOCAL jit = off"))
+        # In a transaction, for it alone; a read without one (autocommit) sets it
+        # for the session and sets it back after.
+        connection = connection_of(executor)
+        if connection.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+            executor.execute(text("SET LOCAL jit = off"))
+            yield
+            return
+        executor.execute(text("SET jit = off"))
+        try:
+            yield
+        finally:
+            executor.execute(text("RESET jit"))
 
     # -- migrations ---------------------------------------------------------------------------
 

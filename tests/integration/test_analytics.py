@@ -7,7 +7,6 @@ import re
 import sqlite3
 from contextlib import closing
 from datetime import UTC, date, datetime, timedelta
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -271,21 +270,32 @@ def test_analytics_take_the_archive_itself(archive: ChatArchive) -> None:
             assert caught.value.argument == "source"
 
 
-def test_analytics_run_from_asyncio_on_a_connection(
+def test_analytics_are_operations_of_every_face_sync_and_asyncio(
     archive: ChatArchive, async_engine: AsyncEngine, runner: asyncio.Runner
 ) -> None:
     archive.save_many(CHATS)
+    since = datetime(2000, 1, 1, tzinfo=UTC)
+    expected = analytics.tool_usage(archive)
+    assert archive.tool_usage(since=since) == expected
+    with archive.transaction() as repository:
+        assert repository.tool_usage(since=since) == expected
     async_archive = AsyncChatArchive(engine=async_engine)
-    with pytest.raises(InvalidArgument, match=r"not AsyncChatArchive \(from asyncio: .*run_sync"):
+    with pytest.raises(InvalidArgument, match=r"not AsyncChatArchive \(from asyncio: await async_archive"):
         analytics.tool_usage(async_archive)  # type: ignore[arg-type]
 
-    async def tools() -> list[analytics.ToolUsage]:
-        async with async_archive.engine.connect() as connection:
-            return await connection.run_sync(
-                partial(analytics.tool_usage, since=datetime(2000, 1, 1, tzinfo=UTC))
-            )
+    async def asked() -> list[Any]:
+        answers: list[Any] = [await async_archive.tool_usage(since=since)]
+        async with async_archive.transaction() as repository:
+            answers.append(await repository.tool_usage(since=since))
+        answers.append(await async_archive.user_activity(user_id="u2"))
+        with pytest.raises(InvalidArgument, match="unknown filters"):
+            await async_archive.model_usage(colour="blue")  # type: ignore[call-arg]
+        return answers
 
-    assert runner.run(tools()) == analytics.tool_usage(archive)
+    from_asyncio, in_transaction, u2 = runner.run(asked())
+    assert from_asyncio == in_transaction == expected
+    assert u2 == archive.user_activity(user_id="u2")
+    assert [row.user_id for row in u2] == ["u2"]
 
 
 def test_analytics_give_and_take_text_with_nul_as_it_is(archive: ChatArchive) -> None:
