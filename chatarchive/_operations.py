@@ -15,9 +15,11 @@ in a transaction of their own (archives) or in the caller's (repositories).
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import functools
 import inspect
 import threading
+import typing
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
@@ -41,6 +43,7 @@ from ._repository.plans import (
     Step,
     Stream,
     Together,
+    primed,
 )
 from ._repository.unit import Unit
 
@@ -407,7 +410,8 @@ class _Declared(Generic[P, R]):
             assert isinstance(face, (SyncFace, AsyncFace))
 
             def call(*args: Any, **kwargs: Any) -> Any:
-                return face._stream(source(face._facts(), *args, **kwargs))
+                # Primed: a bad argument raises here, not at the first item.
+                return face._stream(primed(source(face._facts(), *args, **kwargs)))
 
         elif isinstance(face, SyncFace):
 
@@ -445,16 +449,21 @@ class _Declared(Generic[P, R]):
 
     def _result(self, owner: type) -> Any:
         """What a call returns, as the face shows it: a plan's result, a
-        stream's iterator (asynchronous on an asyncio face)."""
-        returns = self._returns
-        if not isinstance(returns, str):
+        stream's iterator (asynchronous on an asyncio face), or a step's."""
+        returns = typing.get_type_hints(self._source).get("return", inspect.Signature.empty)
+        if returns is type(None):
+            return None
+        if typing.get_origin(returns) is not collections.abc.Generator:
             return returns
-        if returns.startswith("Plan["):
-            return returns[len("Plan[") : -1]
-        if returns.startswith("Stream["):
-            items = returns[len("Stream[") : -1]
-            return f"AsyncIterator[{items}]" if issubclass(owner, AsyncFace) else f"Iterator[{items}]"
-        return returns
+        instructions, _, result = typing.get_args(returns)
+        if not self._streams:
+            return result  # a Plan[R]
+        (items,) = (
+            typing.get_args(kind)[0]
+            for kind in typing.get_args(instructions)
+            if typing.get_origin(kind) is Emit
+        )
+        return AsyncIterator[items] if issubclass(owner, AsyncFace) else Iterator[items]  # type: ignore[valid-type]
 
     def _named(
         self, call: Callable[..., Any], owner: type, signature: inspect.Signature

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncIterable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from sqlalchemy import URL, Connection
 
@@ -41,6 +41,7 @@ __all__ = [
     "Step",
     "Stream",
     "Together",
+    "primed",
 ]
 
 R = TypeVar("R")
@@ -180,3 +181,38 @@ class PlanRun(Generic[R]):
 
     def close(self) -> None:
         self._plan.close()
+
+
+def primed(plan: Generator[Any, Any, R]) -> Generator[Any, Any, R]:
+    """``plan`` run now up to its first instruction, then carried on as it
+    was: its argument checks (before its first instruction; a plan does no
+    I/O) raise at the call, not at the first ``next()`` of whoever iterates."""
+    try:
+        first = next(plan)
+    except StopIteration as stop:
+        return _ended(stop.value)
+    return _resumed(plan, first)
+
+
+def _ended(result: R) -> Generator[Any, Any, R]:
+    return result
+    yield  # a generator that ends at once with ``result``
+
+
+def _resumed(plan: Generator[Any, Any, R], instruction: Any) -> Generator[Any, Any, R]:
+    while True:
+        try:
+            value = yield instruction
+        except GeneratorExit:
+            plan.close()
+            raise
+        except BaseException as exc:  # raised in the plan, where its clean-up runs
+            try:
+                instruction = plan.throw(exc)
+            except StopIteration as stop:
+                return cast(R, stop.value)
+            continue
+        try:
+            instruction = plan.send(value)
+        except StopIteration as stop:
+            return cast(R, stop.value)

@@ -238,18 +238,22 @@ def test_export_streams_in_batches(
         return outside, inside
 
     assert runner.run(filtered_async()) == (["c0", "c6"], ["c3", "c5"])
-    # Not an empty export.
+    # Not an empty export, and refused at the call, before anything is iterated.
     with pytest.raises(InvalidArgument, match="batch_size must be at least 1"):
-        list(archive.export(batch_size=0))
-    with archive.transaction() as repository, pytest.raises(InvalidArgument, match="batch_size"):
-        list(repository.export(batch_size=0))
+        archive.export(batch_size=0)
+    with (
+        archive.transaction() as repository,
+        pytest.raises(InvalidArgument, match="where must be a ChatFilter"),
+    ):
+        repository.export(where="m3")  # type: ignore[arg-type]
 
-    async def export_async(in_transaction: bool) -> list[ChatDocument]:
+    async def export_async(in_transaction: bool) -> None:
         async_archive = AsyncChatArchive(engine=async_engine)
         if not in_transaction:
-            return [doc async for doc in async_archive.export(batch_size=0)]
+            async_archive.export(batch_size=0)
+            return
         async with async_archive.transaction() as async_repository:
-            return [doc async for doc in async_repository.export(batch_size=0)]
+            async_repository.export(batch_size=0)
 
     for in_transaction in (False, True):
         with pytest.raises(InvalidArgument, match="batch_size"):
