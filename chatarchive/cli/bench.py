@@ -8,8 +8,6 @@ import click
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
-from chatarchive.bench import run_bench
-
 from .app import archive, ask_if_chats_are_lost, database_option, main
 from .rendering import stderr, stdout
 
@@ -90,6 +88,8 @@ def bench(
     """
     if keep and not yes:
         ask_if_chats_are_lost(archive(), "Delete the {chats} of {where} to run the benchmark in it?")
+
+    from chatarchive.bench import run_bench  # loaded by this command alone
 
     progress = Progress(
         SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), console=stderr(), transient=True

@@ -1021,6 +1021,11 @@ def test_alembic_loads_only_for_schema_commands() -> None:
     assert "'sqlalchemy'" in loaded
     assert "'alembic'" not in loaded
     assert "'mako'" not in loaded
+    check = "import sys, chatarchive.cli; print('chatarchive.bench' in sys.modules)"
+    assert (
+        subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True).stdout
+        == "False\n"
+    )
 
 
 def test_import_progress_counts_the_bytes_read(tmp_path: Path) -> None:
