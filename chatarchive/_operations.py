@@ -526,6 +526,7 @@ class ChatOperations:
     save = writing(writes.save)
     save_many = planned(bulk.save_many)
     get = reading(reads.get)
+    find = reading(reads.find)
     get_tree = reading(reads.get_tree)
     get_many = reading(reads.get_many)
     append = planned(writes.append)

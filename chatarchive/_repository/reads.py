@@ -35,6 +35,7 @@ __all__ = [
     "chat_ids",
     "count_chats",
     "export",
+    "find",
     "get",
     "get_many",
     "get_tree",
@@ -75,6 +76,22 @@ def get(unit: Unit, /, chat_id: str, *, leaf: str | None = None) -> ChatDocument
     if not found:
         raise ChatNotFound(chat_id)
     return found[0]
+
+
+def find(unit: Unit, /, chat_id: str) -> ChatDocument | None:
+    """The stored chat's active path, as ``get`` gives it, or ``None`` when
+    there is no such chat (or it is another user's).
+
+    Example:
+        >>> from chatarchive import ChatArchive
+        >>> with ChatArchive("sqlite://") as archive:
+        ...     archive.upgrade()
+        ...     archive.find("nobody's") is None
+        True
+    """
+    require_text(chat_id, "chat_id")
+    found = get_many(unit, [chat_id])
+    return found[0] if found else None
 
 
 def get_tree(unit: Unit, /, chat_id: str) -> ChatTree:

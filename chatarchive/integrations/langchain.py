@@ -62,9 +62,8 @@ class ChatArchiveMessageHistory(BaseChatMessageHistory):
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """The chat's active path, as LangChain messages."""
-        try:
-            document = self._chat.sync().get(self.chat_id)
-        except ChatNotFound:
+        document = self._chat.sync().find(self.chat_id)
+        if document is None:
             return []
         return messages_from_dict(langchain_format.from_document(document))
 
@@ -76,9 +75,8 @@ class ChatArchiveMessageHistory(BaseChatMessageHistory):
             self._chat.sync().delete(self.chat_id)
 
     async def aget_messages(self) -> list[BaseMessage]:
-        try:
-            document = await self._chat.asynchronous().get(self.chat_id)
-        except ChatNotFound:
+        document = await self._chat.asynchronous().find(self.chat_id)
+        if document is None:
             return []
         return messages_from_dict(langchain_format.from_document(document))
 

@@ -81,10 +81,7 @@ class ChatArchiveChatStore(BaseChatStore):
     # -- sync --------------------------------------------------------------------------
 
     def _document(self, key: str) -> ChatDocument | None:
-        try:
-            return sync_archive(self._archive).get(key)
-        except ChatNotFound:
-            return None
+        return sync_archive(self._archive).find(key)
 
     def _rewrite(self, key: str, change: Change) -> list[dict[str, Any]]:
         """Save the key's chat with its messages changed by ``change`` (in
@@ -146,10 +143,7 @@ class ChatArchiveChatStore(BaseChatStore):
     # -- async -------------------------------------------------------------------------
 
     async def _adocument(self, key: str) -> ChatDocument | None:
-        try:
-            return await async_archive(self._archive).get(key)
-        except ChatNotFound:
-            return None
+        return await async_archive(self._archive).find(key)
 
     async def _arewrite(self, key: str, change: Change) -> list[dict[str, Any]]:
         archive = async_archive(self._archive)

@@ -113,10 +113,7 @@ class ChatArchiveSession(SessionABC):
         return await asyncio.to_thread(operation, *args, **kwargs)
 
     async def _document(self) -> ChatDocument | None:
-        try:
-            return cast(ChatDocument, await self._call("get", self.session_id))
-        except ChatNotFound:
-            return None
+        return cast(ChatDocument | None, await self._call("find", self.session_id))
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The session's items (its chat's active path), or the latest

@@ -65,10 +65,8 @@ class ChatArchiveHistory:
 
     def load(self) -> list[ModelMessage]:
         """The chat's active path as Pydantic AI messages ([] for no chat)."""
-        try:
-            return _messages(self._chat.sync().get(self.chat_id))
-        except ChatNotFound:
-            return []
+        document = self._chat.sync().find(self.chat_id)
+        return [] if document is None else _messages(document)
 
     def add(self, messages: Sequence[ModelMessage]) -> None:
         """Append messages (``result.new_messages()``) to the chat."""
@@ -80,10 +78,8 @@ class ChatArchiveHistory:
             self._chat.sync().delete(self.chat_id)
 
     async def aload(self) -> list[ModelMessage]:
-        try:
-            return _messages(await self._chat.asynchronous().get(self.chat_id))
-        except ChatNotFound:
-            return []
+        document = await self._chat.asynchronous().find(self.chat_id)
+        return [] if document is None else _messages(document)
 
     async def aadd(self, messages: Sequence[ModelMessage]) -> None:
         await self._chat.aadd(_stored(messages))

@@ -1008,6 +1008,20 @@ def test_a_model_changed_after_it_was_made_is_validated_where_it_is_saved(
     assert listed.messages == [{"role": "user", "content": "x"}]  # type: ignore[comparison-overlap]
 
 
+def test_find_gives_the_chat_get_gives_or_none(make_repo: Callable[..., Any]) -> None:
+    repo = make_repo()
+    repo.save(tool_chat("found"))
+    repo.save({**tool_chat("hers").model_dump(mode="json"), "user_id": "alice"})
+    assert repo.find("found") == repo.get("found")
+    assert repo.find("missing") is None
+    bob = make_repo(user_id="bob")
+    assert bob.find("hers") is None  # another user's chat is as one that is not there
+    with pytest.raises(ChatNotFound):
+        bob.get("hers")
+    with pytest.raises(InvalidArgument, match="chat_id"):
+        repo.find(42)
+
+
 def test_get_many_takes_any_number_of_ids(repo: ChatRepository) -> None:
     # 300,000 ids in one IN (...) were "too many SQL variables" on SQLite.
     repo.save_many([tool_chat(f"c{n}") for n in range(3)])
