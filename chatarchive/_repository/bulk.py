@@ -29,9 +29,9 @@ from chatarchive._schema import metadata, tables
 
 from . import searching
 from .batches import PreparedBatch, check_save_many, split_by_chat
+from .chat_rows import CREATE_ATTEMPTS, delete_children, lock_chats, refuse_to_lose_branches
 from .plans import Docs, FaceFacts, InTransaction, Kind, NextBatch, Plan, Prepare, Step, Together
 from .unit import Unit
-from .writes import CREATE_ATTEMPTS, delete_children, lock_chats, refuse_to_lose_branches
 
 __all__ = ["OnError", "save_many"]
 

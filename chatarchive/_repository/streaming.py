@@ -22,8 +22,9 @@ from chatarchive._schema import DOCUMENT_ORDER, tables
 from chatarchive._types import ArchiveText
 
 from . import searching
+from .chat_rows import bump, message_data, require_chat, rewrite_message, stored_message
 from .unit import Unit, now
-from .writes import append_messages, bump, message_data, require_chat, rewrite_message, stored_message
+from .writes import append_messages
 
 __all__ = [
     "append_chunk",
