@@ -483,7 +483,7 @@ SAMPLING_CHAT = {
 @pytest.fixture
 def few_samples(monkeypatch: pytest.MonkeyPatch) -> None:
     """PostgreSQL's first, sampled search pass takes ~5 index entries a word."""
-    monkeypatch.setattr("chatarchive._backends.postgresql.SAMPLED_MATCHES", 5)
+    monkeypatch.setattr("chatarchive._backends.postgresql.search.SAMPLED_MATCHES", 5)
 
 
 def save_indexed(archive: ChatArchive, doc: dict[str, Any]) -> None:

@@ -30,7 +30,7 @@ from chatarchive import (
     Limits,
 )
 from chatarchive._backends import database_errors
-from chatarchive._repository import writes
+from chatarchive._repository import chat_rows, writes
 from chatarchive._schema import SEARCH_TERMS, metadata
 from tests.support.chats import snapshot, tool_chat
 
@@ -229,7 +229,7 @@ def test_an_exception_in_the_middle_of_a_save_leaves_nothing(
     archive.save(tool_chat("kept"))
     with engine.connect() as connection:
         before = snapshot(Session(bind=connection))
-    original = writes.insert_messages
+    original = chat_rows.insert_messages
     calls = 0
 
     def failing(unit: Any, rows: Any) -> None:
@@ -371,7 +371,7 @@ def test_a_read_on_a_connection_the_server_dropped_is_retried(
     archive.save(tool_chat("kept", user_id="u"))
     reader = archive.for_user("u") if scoped else archive
     # Never ping at checkout: the first attempt must meet the dropped connection.
-    monkeypatch.setattr("chatarchive._backends.postgresql.PING_AFTER_IDLE", float("inf"))
+    monkeypatch.setattr("chatarchive._backends.postgresql.engine.PING_AFTER_IDLE", float("inf"))
     for read in (
         lambda: reader.get("kept").chat_id,
         lambda: [d.chat_id for d in reader.get_many(["kept", "missing"])],

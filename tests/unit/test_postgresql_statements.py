@@ -11,7 +11,7 @@ from sqlalchemy.exc import DBAPIError
 
 from chatarchive import DatabaseError
 from chatarchive._backends import database_errors
-from chatarchive._backends.postgresql import _prepared
+from chatarchive._backends.postgresql.engine import _prepared
 
 DIALECT = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
 
