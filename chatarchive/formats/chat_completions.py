@@ -16,9 +16,15 @@ leaves out what has no meaning there.
   ``input_audio``, and Gemini's ``inlineData`` and ``fileData`` (images) become
   OpenAI's parts; reasoning (``thinking``, ``redacted_thinking``,
   ``reasoning``) and parts with no chat-completions meaning are left out.
-- Tool calls: ``function`` and ``custom`` calls with their ids; calls run by
-  the provider (``server_tool_use``, ``mcp_tool_use``, built-in tools) are
-  left out, and so are the tool messages that answer them.
+- Tool calls: ``function`` and ``custom`` calls with their ids, a name the
+  API does not take (``dalle.text2im``: letters, digits, ``_`` and ``-``, at
+  most 64) with ``_`` for each other character; calls run by the provider
+  (``server_tool_use``, ``mcp_tool_use``, built-in tools) are left out, and so
+  are the tool messages that answer them. Several tool messages answering one
+  call (a ChatGPT browsing session) are one, their texts joined.
+- Messages with nothing the API would read (an empty system or user message,
+  an assistant message with no text, call or refusal) are left out; an
+  assistant message that follows another is merged into it.
 - Keys: only those the message type has (``name``, ``tool_call_id``,
   ``refusal``, ``function_call``...); unknown keys and archive fields are
   left out.
@@ -26,18 +32,35 @@ leaves out what has no meaning there.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from chatarchive._document import ChatDocument, ContentPart, Message, ToolCall
 
 from ._format import Format
-from .finetune import ROLE_ALIASES
 
-__all__ = ["FORMATS", "Calls", "from_document", "message", "part"]
+__all__ = [
+    "FORMATS",
+    "ROLE_ALIASES",
+    "Calls",
+    "from_document",
+    "function_name",
+    "message",
+    "messages_of",
+    "part",
+]
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+#: Roles of other formats whose meaning is one the API takes.
+ROLE_ALIASES = {
+    "developer": "system",
+    "human": "user",
+    "gpt": "assistant",
+    "ai": "assistant",
+    "model": "assistant",
+}
 #: The part types each role's content takes.
 _PARTS = {
     "user": frozenset({"text", "image_url", "input_audio", "file"}),
@@ -48,17 +71,47 @@ _TEXT_ONLY = frozenset({"text"})
 
 def from_document(doc: ChatDocument) -> list[dict[str, Any]]:
     """The chat's active path as chat-completions messages (see the module)."""
+    return messages_of(doc.path())
+
+
+def messages_of(
+    stored_messages: Iterable[Message],
+    calls: Calls | None = None,
+    *,
+    keeping: tuple[str, ...] = (),
+    merging: bool = True,
+) -> list[dict[str, Any]]:
+    """Messages as chat-completions has them (see the module); ``keeping``:
+    keys of the stored messages written too (fine-tuning's ``weight``);
+    ``merging``: an assistant message that follows another is merged into it."""
     messages: list[dict[str, Any]] = []
-    calls = Calls()
-    for stored in doc.path():
+    calls = Calls() if calls is None else calls
+    answers: dict[str, dict[str, Any]] = {}  # a call's id: the tool message that answers it
+    for stored in stored_messages:
         converted = message(stored, calls)
         if converted is None:
             continue
-        if converted["role"] == "assistant" and messages and _mergeable(messages[-1], converted):
+        extra = stored.model_extra or {}
+        converted.update({key: extra[key] for key in keeping if key in extra})
+        if converted["role"] == "tool" and (first := answers.get(converted["tool_call_id"])) is not None:
+            _join_answers(first, converted)
+        elif (
+            merging and converted["role"] == "assistant" and messages and _mergeable(messages[-1], converted)
+        ):
             _merge(messages[-1], converted)
         else:
             messages.append(converted)
+            if converted["role"] == "tool":
+                answers[converted["tool_call_id"]] = converted
     return messages
+
+
+def _join_answers(first: dict[str, Any], more: dict[str, Any]) -> None:
+    """A second answer to one call, joined to the first."""
+    if isinstance(first["content"], str) and isinstance(more["content"], str):
+        first["content"] = "\n\n".join(text for text in (first["content"], more["content"]) if text)
+    else:
+        first["content"] = [*_as_parts(first["content"]), *_as_parts(more["content"])]
 
 
 def _mergeable(previous: dict[str, Any], current: dict[str, Any]) -> bool:
@@ -125,7 +178,14 @@ def message(stored: Message, calls: Calls | None = None) -> dict[str, Any] | Non
         ):
             result["function_call"] = {key: function_call[key] for key in ("name", "arguments")}
         has_answer = made or "refusal" in result or "function_call" in result
-        result["content"] = content if content or not has_answer else None
+        if not content and not has_answer:
+            return None  # nothing the API would read
+        if content:
+            result["content"] = content
+        elif "content" in stored.to_openai():  # null where the message gave it (it may be left out)
+            result["content"] = None
+    elif role != "tool" and not content:
+        return None  # an empty system or user message
     else:
         result["content"] = content if content is not None else ""
     if role == "tool":
@@ -267,13 +327,24 @@ _PART_CONVERTERS: dict[str, Callable[[dict[str, Any]], dict[str, Any] | None]] =
 }
 
 
+#: What a tool's name may hold in the API.
+_NOT_IN_A_NAME = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def function_name(name: str) -> str:
+    """``name`` as the API takes a tool's: ``_`` for each character it does
+    not take, at most 64 characters."""
+    return _NOT_IN_A_NAME.sub("_", name)[:64] or "_"
+
+
 def _answered(stored: Message, calls: Calls) -> str | None:
     """The id of the call a tool message answers: its ``tool_call_id``, or
     the first call not answered yet of the function it names; ``None`` when
     that call was left out."""
     answered = stored.tool_call_id
     if not isinstance(answered, str):
-        found = next((call for call in calls.pending if call[1] == stored.name), None)
+        name = None if stored.name is None else function_name(stored.name)
+        found = next((call for call in calls.pending if call[1] == name), None)
         found = found or (calls.pending[0] if calls.pending and stored.name is None else None)
         answered = None if found is None else found[0]
     if answered is None or answered in calls.dropped:
@@ -292,11 +363,11 @@ def _call(call: ToolCall, calls: Calls) -> dict[str, Any] | None:
     if call.type == "function" and isinstance(call_id, str):
         name = getattr(function, "name", None)
         arguments = getattr(function, "arguments", None)
-        if isinstance(name, str) and isinstance(arguments, str):
+        if isinstance(name, str) and name and isinstance(arguments, str):
             converted = {
                 "id": call_id,
                 "type": "function",
-                "function": {"name": name, "arguments": arguments},
+                "function": {"name": function_name(name), "arguments": arguments},
             }
     custom = call.custom
     if (
@@ -309,7 +380,7 @@ def _call(call: ToolCall, calls: Calls) -> dict[str, Any] | None:
         converted = {
             "id": call_id,
             "type": "custom",
-            "custom": {"name": custom["name"], "input": custom["input"]},
+            "custom": {"name": function_name(custom["name"]), "input": custom["input"]},
         }
     if converted is None:
         if isinstance(call_id, str):

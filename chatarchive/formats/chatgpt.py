@@ -1,7 +1,9 @@
 """One conversation of ChatGPT's data export (an item of ``conversations.json``).
 
 A conversation is a tree: ``mapping`` holds nodes (``id``, ``message``,
-``parent``, ``children``) and ``current_node`` the node the user last saw.
+``parent``, ``children``) and ``current_node`` the node the user last saw
+(older exports and other tools leave it out: the active leaf is then the
+latest leaf, by its message's ``create_time``, the later in the tree on a tie).
 Import keeps the whole tree as the chat's tree: every node that holds a
 message becomes a message, with the node id as its uid (when it is a valid
 one) and, as its parent, the nearest node above it that holds a message;
@@ -9,8 +11,22 @@ siblings keep the order of their parent's ``children``. The message at or
 above ``current_node`` is the active leaf, so ``get`` shows the branch the
 user saw and ``get_tree`` every regeneration and edit. Each message has the
 author's role, its text as content (the ``parts`` of its content, one text
-part being a string; or its content's ``text``, as code has), its time and
-its model (its metadata's ``model_slug``). ``title``, ``create_time`` and
+part being a string; or its content's ``text``, as code has, ``result`` as a
+browsing display has, or ``content`` as a reasoning recap has), its time and
+its model (its metadata's ``model_slug``).
+
+Tools and reasoning are rows, as in the other formats:
+
+- an assistant message to a tool (``recipient`` other than ``all``: ``python``,
+  ``browser``, ``dalle.text2im``, ``web.run``...) whose content is one text (code,
+  a query, a JSON request) is a tool call: its id the message id, its name the
+  recipient, its arguments that text; the message's content is then empty;
+- a message of the author role ``tool`` is a tool message with the tool's name
+  (``author.name``) answering the nearest call above it (back to the user's
+  message);
+- o3's reasoning, ``thoughts`` (each thought a text part: its ``content``, the
+  ``summary`` and the rest kept on the part) and ``reasoning_recap`` (its text),
+  is a message of the role ``reasoning``, as a Responses API reasoning item is. ``title``, ``create_time`` and
 ``update_time`` are the chat's, and so is ``default_model_slug`` (or else the
 last message's model) as the chat's model.
 
@@ -51,7 +67,20 @@ KEY = "chatgpt"
 
 
 def looks_like(data: Any) -> bool:
-    return isinstance(data, dict) and isinstance(data.get("mapping"), dict) and "current_node" in data
+    """A ``mapping`` with ``current_node``, or without it a mapping of nodes."""
+    if not isinstance(data, dict) or not isinstance(data.get("mapping"), dict):
+        return False
+    mapping: dict[str, Any] = data["mapping"]
+    return "current_node" in data or (
+        bool(mapping)
+        and all(isinstance(node, dict) and _NODE_KEYS & node.keys() for node in mapping.values())
+    )
+
+
+#: The keys a node of a conversation's tree has.
+_NODE_KEYS = frozenset({"message", "parent", "children"})
+#: The content types of o3's reasoning.
+_REASONING = frozenset({"thoughts", "reasoning_recap"})
 
 
 def _seconds(moment: datetime | None) -> float | None:
@@ -69,9 +98,22 @@ def _role(author: Any) -> str:
     return (author.get("role") if isinstance(author, dict) else None) or "unknown"
 
 
+def _archive_role(message: dict[str, Any]) -> str:
+    """The role of a ChatGPT message in the archive: its author's, or
+    ``reasoning`` for o3's thoughts and their recap."""
+    content = message.get("content")
+    if (
+        isinstance(content, dict)
+        and isinstance(kind := content.get("content_type"), str)
+        and kind in _REASONING
+    ):
+        return "reasoning"
+    return _role(message.get("author"))
+
+
 def to_document(data: Any) -> ChatDocument:
     if not looks_like(data):
-        raise InvalidDocument("a ChatGPT conversation has a 'mapping' and a 'current_node'")
+        raise InvalidDocument("a ChatGPT conversation has a 'mapping' of nodes")
     mapping: dict[str, Any] = data["mapping"]
     current = data.get("current_node")
     if current is not None and (type(current) is not str or current not in mapping):
@@ -81,6 +123,7 @@ def to_document(data: Any) -> ChatDocument:
     order = _preorder(mapping)
     created = time_of(data.get("create_time"), "create_time")
     times: dict[str | None, Any] = {None: created}  # a message's uid: its time
+    by_uid: dict[str, dict[str, Any]] = {}
     for node_id in order:
         node = mapping[node_id]
         parent = node.get("parent")
@@ -91,16 +134,21 @@ def to_document(data: Any) -> ChatDocument:
             # A message without a time (a system prompt, an upload) is as old as the one before it.
             if "created_at" not in message and times[nearest] is not None:
                 message["created_at"] = times[nearest]
+            if message["role"] == "tool" and (answered := _answered(by_uid, nearest)) is not None:
+                message["tool_call_id"] = answered
             nearest = message["uid"] = _uid(node_id)
             times[nearest] = message.get("created_at")
+            by_uid[nearest] = message
             messages.append(message)
         above[node_id] = nearest
     carried = {message[KEY]["node"] for message in messages}
     conversation_id = data.get("conversation_id") or data.get("id")
+    named = "current_node" in data
+    leaf = (None if current is None else above[current]) if named else _latest_leaf(messages)
     document: dict[str, Any] = {
         "title": data.get("title"),
         "messages": messages,
-        "active_leaf": None if current is None else above[current],
+        "active_leaf": leaf,
         KEY: {
             "conversation_id": conversation_id,
             "current_node": current,
@@ -112,6 +160,8 @@ def to_document(data: Any) -> ChatDocument:
             },
         },
     }
+    if "current_node" not in data and leaf is not None:  # export leaves it out while the leaf stays
+        document[KEY]["latest_leaf"] = by_uid[leaf][KEY]["node"]
     if isinstance(conversation_id, str) and conversation_id:
         document["chat_id"] = conversation_id
     model = _chat_model(data, messages)
@@ -122,6 +172,36 @@ def to_document(data: Any) -> ChatDocument:
         if moment is not None:
             document[field] = moment
     return ChatDocument.parse(document)
+
+
+def _answered(by_uid: dict[str, dict[str, Any]], uid: str | None) -> str | None:
+    """The id of the call a tool message below ``uid`` answers: the nearest
+    call at or above it, back to the user's message."""
+    while uid is not None:
+        message = by_uid[uid]
+        if message.get("tool_calls"):
+            call_id: str = message["tool_calls"][0]["id"]
+            return call_id
+        if message["role"] == "user":
+            return None
+        uid = message.get("parent")
+    return None
+
+
+def _latest_leaf(messages: list[dict[str, Any]]) -> str | None:
+    """The active leaf of a conversation that names none: the leaf whose
+    message is the latest, the later in the tree on a tie (or with no times)."""
+    parents = {message.get("parent") for message in messages}
+    leaves = [(index, message) for index, message in enumerate(messages) if message["uid"] not in parents]
+    if not leaves:
+        return None
+    _, latest = max(leaves, key=lambda item: (_timestamp(item[1].get("created_at")), item[0]))
+    uid: str = latest["uid"]
+    return uid
+
+
+def _timestamp(moment: datetime | None) -> float:
+    return float("-inf") if moment is None else moment.timestamp()
 
 
 #: The namespace of the uids made for nodes whose id cannot be one (empty, or too long).
@@ -179,7 +259,7 @@ def _message(node_id: str, node: dict[str, Any]) -> dict[str, Any] | None:
     author = message.get("author")
     content = message.get("content")
     original = dict(message)
-    result: dict[str, Any] = {"role": _role(author)}
+    result: dict[str, Any] = {"role": _archive_role(message)}
     kept: dict[str, Any] = {
         "node": node_id,
         "message_id": message.get("id"),
@@ -194,7 +274,17 @@ def _message(node_id: str, node: dict[str, Any]) -> dict[str, Any] | None:
         assert isinstance(content, dict)
         original["content"] = {**content, text_key: None}  # the text is the message's; its place is kept
         kept["text_in"] = text_key
-        result["content"] = _content(content[text_key])
+        call = _call(node_id, message, content[text_key])
+        if call is not None:
+            result["content"] = None
+            result["tool_calls"] = [call]
+            kept["call"] = True
+        elif text_key == "thoughts":
+            result["content"] = [_thought(thought) for thought in content[text_key]]
+        else:
+            result["content"] = _content(content[text_key])
+    if result["role"] == "tool" and isinstance(kept["author_name"], str):
+        result["name"] = kept["author_name"]
     if isinstance(original.get("metadata"), dict) and original["metadata"]:
         original["metadata"] = {}  # kept["metadata"] holds it; this keeps its place
     model = _model_slug(message)
@@ -225,13 +315,52 @@ def _chat_model(data: dict[str, Any], messages: list[dict[str, Any]]) -> str | N
 
 
 def _text_key(content: Any) -> str | None:
-    """Where a message's content holds its text: ``parts`` (a list), or ``text`` (code, output)."""
+    """Where a message's content holds its text: ``parts`` or ``thoughts``
+    (lists), or ``text`` (code, output), ``result`` (a browsing display) or
+    ``content`` (a reasoning recap)."""
     if isinstance(content, dict):
-        if isinstance(content.get("parts"), list):
-            return "parts"
-        if isinstance(content.get("text"), str):
-            return "text"
+        for key in ("parts", "thoughts"):
+            if isinstance(content.get(key), list):
+                return key
+        for key in ("text", "result", "content"):
+            if isinstance(content.get(key), str):
+                return key
     return None
+
+
+def _call(node_id: str, message: dict[str, Any], text: Any) -> dict[str, Any] | None:
+    """The tool call an assistant message to a tool makes: one text sent to
+    its ``recipient``; ``None`` for a message to everyone."""
+    recipient = message.get("recipient")
+    if (
+        _role(message.get("author")) != "assistant"
+        or not isinstance(recipient, str)
+        or recipient in ("", "all")
+    ):
+        return None
+    if isinstance(text, list) and len(text) == 1:
+        text = text[0]
+    if not isinstance(text, str):
+        return None
+    message_id = message.get("id")
+    call_id = message_id if isinstance(message_id, str) and message_id else node_id
+    return {"id": call_id, "type": "function", "function": {"name": recipient, "arguments": text}}
+
+
+def _thought(thought: Any) -> dict[str, Any]:
+    """One of o3's thoughts as a text part (its ``content``, the rest kept on the part)."""
+    if isinstance(thought, dict) and isinstance(thought.get("content"), str):
+        return {"type": "text", "text": thought["content"], "chatgpt_thought": {**thought, "content": None}}
+    return {"type": "chatgpt_part", "part": thought}
+
+
+def _thought_back(part: ContentPart) -> Any:
+    kept = (part.model_extra or {}).get("chatgpt_thought")
+    if part.type == "text" and isinstance(kept, dict):
+        return {**kept, "content": part.text}
+    if part.type == "text":
+        return {"content": part.text}
+    return (part.model_extra or {}).get("part")
 
 
 def _content(text: str | list[Any]) -> str | list[dict[str, Any]]:
@@ -315,7 +444,10 @@ def from_document(doc: ChatDocument) -> Any:
         if _changed(conversation.get(key), moment):
             result[key] = _seconds(moment)
     current = conversation.get("current_node")
-    if _message_at_or_above(mapping, current, set(node_ids)) != leaf_node:  # the archive moved it
+    if "current_node" not in conversation:  # the latest leaf was the active one
+        if leaf_node != own.get("latest_leaf"):
+            result["current_node"] = own.get("root") if leaf_node is None else leaf_node
+    elif _message_at_or_above(mapping, current, set(node_ids)) != leaf_node:  # the archive moved it
         result["current_node"] = own.get("root") if leaf_node is None else leaf_node
     order = conversation.get("mapping")
     if isinstance(order, list):  # the nodes in their order; those the archive added after them
@@ -341,7 +473,7 @@ def _message_back(original: dict[str, Any], message: Message, kept: dict[str, An
     """The original message, with what the archive holds put back (changed where the archive changed it)."""
     restored = dict(original)
     author = original.get("author")
-    if _role(author) != message.role:
+    if _archive_role(original) != message.role:  # the archive changed it
         restored["author"] = {**(author if isinstance(author, dict) else {}), "role": message.role}
     if _changed(original.get("create_time"), message.created_at):
         restored["create_time"] = _seconds(message.created_at)
@@ -351,15 +483,34 @@ def _message_back(original: dict[str, Any], message: Message, kept: dict[str, An
         restored["metadata"] = metadata
     content = original.get("content")
     text_in = kept.get("text_in")
-    if isinstance(content, dict) and text_in in ("parts", "text"):
-        if text_in == "text" and isinstance(message.content, str):
-            restored["content"] = {**content, "text": message.content}
-        elif text_in == "text":  # the archive made a code message's text into parts
-            others = {key: value for key, value in content.items() if key != "text"}
-            restored["content"] = {**others, "parts": _parts(message.content)}
-        else:
-            restored["content"] = {**content, "parts": _parts(message.content)}
+    if not isinstance(content, dict) or text_in not in ("parts", "thoughts", "text", "result", "content"):
+        return restored
+    arguments = _arguments(message) if kept.get("call") else None
+    if arguments is not None:  # a call: its text is the call's arguments
+        restored["content"] = {**content, text_in: [arguments] if text_in == "parts" else arguments}
+    elif text_in == "thoughts":
+        parts = [message.content] if isinstance(message.content, str) else message.content or []
+        thoughts = [
+            _thought_back(part) if isinstance(part, ContentPart) else {"content": part} for part in parts
+        ]
+        restored["content"] = {**content, "thoughts": thoughts}
+    elif text_in == "parts":
+        restored["content"] = {**content, "parts": _parts(message.content)}
+    elif isinstance(message.content, str) or message.content is None:
+        restored["content"] = {**content, text_in: message.content}
+    else:  # the archive made the text into parts
+        others = {key: value for key, value in content.items() if key != text_in}
+        restored["content"] = {**others, "parts": _parts(message.content)}
     return restored
+
+
+def _arguments(message: Message) -> str | None:
+    """The arguments of the call a message to a tool made, if the archive still holds it."""
+    for call in message.tool_calls or []:
+        arguments = getattr(call.function, "arguments", None)
+        if isinstance(arguments, str):
+            return arguments
+    return None
 
 
 def _new_node(node_id: str, message: Message, kept: dict[str, Any], *, parent: str | None) -> dict[str, Any]:
@@ -393,7 +544,8 @@ FORMATS = (
         near_misses=(
             (
                 lambda d: isinstance(d.get("mapping"), dict),
-                "a ChatGPT conversation, but it has no 'current_node' (the node its user saw last)",
+                "a ChatGPT conversation, but its 'mapping' holds no nodes (objects with a 'message', a "
+                "'parent' or 'children')",
             ),
         ),
     ),

@@ -32,6 +32,7 @@ from chatarchive._exceptions import InvalidDocument
 
 from ._format import Filters, Format, Selection, role_names
 from .canonical import has_messages
+from .chat_completions import ROLE_ALIASES, messages_of
 
 __all__ = [
     "FORMATS",
@@ -42,6 +43,7 @@ __all__ = [
     "chosen",
     "from_document",
     "looks_like",
+    "problem",
     "select",
     "to_document",
     "tools_of",
@@ -52,14 +54,8 @@ __all__ = [
 _KEYS = ("role", "content", "name", "tool_calls", "tool_call_id", "function_call", "weight")
 #: The roles OpenAI's fine-tuning accepts.
 ROLES = frozenset({"system", "user", "assistant", "tool", "function"})
-#: Roles of other formats whose meaning is one of ``ROLES``.
-ROLE_ALIASES = {
-    "developer": "system",
-    "human": "user",
-    "gpt": "assistant",
-    "ai": "assistant",
-    "model": "assistant",
-}
+#: Roles whose messages a training line leaves out: reasoning is no turn of the conversation.
+_LEFT_OUT = frozenset({"reasoning"})
 #: A line's keys besides ``messages``: the chat's tool definitions and settings.
 _DEFINITIONS = ("tools", "functions")
 _SETTINGS = ("parallel_tool_calls",)
@@ -108,29 +104,69 @@ def from_document(doc: ChatDocument, exclude_roles: Iterable[str] = ()) -> dict[
 def training_messages(
     messages: Iterable[Message], exclude_roles: Iterable[str] = (), *, chat_id: str | None = None
 ) -> list[dict[str, Any]]:
-    """The messages as fine-tuning takes them: the keys it knows, the roles
-    not excluded, foreign roles mapped (see ``ROLE_ALIASES``).
+    """The messages as fine-tuning takes them: converted as the
+    ``chat-completions`` export converts them (foreign roles mapped, see
+    ``ROLE_ALIASES``; tool calls and their answers paired; parts, keys and
+    empty messages the API would not read left out), ``developer`` as
+    ``system``, each message's ``weight`` kept, the roles in
+    ``exclude_roles`` and reasoning left out.
 
     Raises:
         InvalidDocument: a message has a role fine-tuning does not accept.
     """
     excluded = set(role_names(exclude_roles))
-    lines = []
+    kept = []
     for index, message in enumerate(messages):
-        if message.role in excluded:
+        if message.role in excluded or message.role in _LEFT_OUT:
             continue
-        shaped = {key: value for key, value in message.to_openai().items() if key in _KEYS}
-        role = ROLE_ALIASES.get(message.role, message.role)
-        if role not in ROLES:
+        if ROLE_ALIASES.get(message.role, message.role) not in ROLES:
             raise InvalidDocument(
                 f"role {message.role!r} is not one OpenAI's fine-tuning accepts ({', '.join(sorted(ROLES))})",
                 chat_id=chat_id,
                 message_index=index,
                 field="role",
             )
-        shaped["role"] = role
-        lines.append(shaped)
+        kept.append(message)
+    lines = messages_of(kept, keeping=("weight",), merging=False)  # each answer keeps its weight
+    for line in lines:
+        if line["role"] == "developer":
+            line["role"] = "system"
     return lines
+
+
+def problem(line: dict[str, Any]) -> str | None:
+    """Why OpenAI's fine-tuning would refuse ``line``, or ``None``: its
+    rules for a chat example (roles it knows, content where it is required,
+    each tool message answering a call of an assistant message before it, an
+    assistant message to learn from, ``weight`` 0 or 1 on assistant messages
+    only)."""
+    messages = line.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "no messages"
+    calls: set[str] = set()
+    for message in messages:
+        role = message.get("role")
+        if role not in ROLES:
+            return f"role {role!r} not accepted"
+        if role == "assistant":
+            if (
+                message.get("content") is None
+                and not message.get("tool_calls")
+                and not message.get("function_call")
+            ):
+                return "an assistant message with no content and no call"
+            calls.update(call["id"] for call in message.get("tool_calls") or [])
+        elif message.get("content") is None:
+            return f"a {role} message with no content"
+        if role == "tool" and message.get("tool_call_id") not in calls:
+            return "a tool message that answers no call before it"
+        if "weight" in message and (role != "assistant" or message["weight"] not in (0, 1)):
+            return "a weight other than 0 or 1 on an assistant message"
+    if not any(message["role"] == "assistant" for message in messages):
+        return "no assistant message"
+    if messages[-1]["role"] != "assistant":
+        return "no assistant message at the end"
+    return None
 
 
 def tools_of(doc: ChatDocument, key: str = "tools") -> list[dict[str, Any]] | None:
@@ -199,11 +235,17 @@ def select(docs: Iterable[ChatDocument], filters: Filters, selection: Selection)
         except InvalidDocument as exc:
             selection.skip(f"role {doc.messages[exc.message_index or 0].role!r} not accepted")
             continue
-        if not line["messages"]:  # none, or none left once the excluded roles are out
+        messages = line["messages"]
+        if not messages:  # none, or none left once the excluded roles are out
             selection.skip("no messages")
             continue
-        if not any(message["role"] == "assistant" for message in line["messages"]):
+        while messages and messages[-1]["role"] != "assistant":  # nothing after the last answer to learn
+            messages.pop()
+        if not messages:
             selection.skip("no assistant message")  # nothing to train on: OpenAI refuses the example
+            continue
+        if (refused := problem(line)) is not None:
+            selection.skip(refused)  # OpenAI would refuse the example
             continue
         selection.written += 1
         yield line

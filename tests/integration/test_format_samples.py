@@ -81,6 +81,20 @@ def _open_webui(record: Any) -> None:
     assert history["currentId"] in history["messages"]
 
 
+def _chatgpt(record: Any) -> None:
+    """No SDK has types for ChatGPT's export: the keys its conversations,
+    nodes and messages have, and a tree whose links agree."""
+    assert {"title", "create_time", "update_time", "mapping"} <= record.keys()
+    mapping = record["mapping"]
+    for node_id, node in mapping.items():
+        assert node["id"] == node_id
+        assert all(mapping[child]["parent"] == node_id for child in node["children"])
+        if node["message"] is not None:
+            assert {"id", "author", "content", "metadata"} <= node["message"].keys()
+            assert node["message"]["author"]["role"] in ("system", "user", "assistant", "tool")
+    assert record.get("current_node") is None or record["current_node"] in mapping
+
+
 def _langchain(record: Any) -> None:
     """langchain-core reads the messages, and writes them back the same."""
     from langchain_core._api.beta_decorator import LangChainBetaWarning
@@ -138,6 +152,7 @@ OFFICIAL: dict[str, Callable[[Any], None]] = {
     "openai-finetune": _finetune_line,
     "anthropic": _anthropic,
     "openai-responses": _responses,
+    "chatgpt": _chatgpt,
     "claude-ai": _claude_ai,
     "open-webui": _open_webui,
     "langchain": _langchain,
@@ -171,5 +186,7 @@ def test_each_sample_is_valid_and_comes_back_equal_through_its_own_exporter(
     stored = repo.get_tree(document.chat_id).document
     exported = formats.export(stored, name)
     assert exported == record
+    if formats.FORMATS[name].round_trip == "exact, every branch":  # byte for byte: the keys' order too
+        assert json.dumps(exported, ensure_ascii=False) == json.dumps(record, ensure_ascii=False)
     OFFICIAL[name](exported)
     validate_chat_completions(formats.export(stored, "chat-completions"))

@@ -284,7 +284,7 @@ NOT_CHATS: list[tuple[Any, str]] = [
         {"name": "n", "chat_messages": []},
         "looks like a conversation of a Claude.ai export, but it has no 'uuid'",
     ),
-    ({"title": "t", "mapping": {}}, "looks like a ChatGPT conversation, but it has no 'current_node'"),
+    ({"title": "t", "mapping": {}}, "looks like a ChatGPT conversation, but its 'mapping' holds no nodes"),
     ({"contents": "Hi"}, "looks like a Gemini request, but its 'contents' is not a list"),
     ({"conversations": []}, "looks like a ShareGPT record, but its 'conversations' is not a list of turns"),
     ({"conversations": [{"value": "hi"}]}, "looks like a ShareGPT record"),
