@@ -101,32 +101,43 @@ class ImportReport:
     errors: list[tuple[str, ChatArchiveError]] = field(default_factory=list)
     #: Records that replaced a chat an earlier record of the input named.
     duplicates: list[Duplicate] = field(default_factory=list)
+    #: The sources that held no record at all (an empty file).
+    empty: list[str] = field(default_factory=list)
 
 
 def records(
-    sources: Sequence[str | os.PathLike[str]], moved: Callable[[int, int], None] | None = None
+    sources: Sequence[str | os.PathLike[str]],
+    moved: Callable[[int, int], None] | None = None,
+    *,
+    empty: list[str] | None = None,
 ) -> Iterator[Record]:
     """The records of every source, in order; ``moved(records, bytes)`` is
     told, after each, how many there were so far and how many bytes of the
-    files are read. A file that cannot be read, or is not UTF-8, gives a record
-    with its ``error``."""
+    files are read; ``empty`` is given the sources that held no record. A file
+    that cannot be read, or is not UTF-8, gives a record with its ``error``."""
     read, done = count(1), 0
     for path in sources:
         stdin = os.fspath(path) == "-"
         source = "<stdin>" if stdin else os.fspath(path)
+        held = 0
         with _standard_input() if stdin else open(path, "rb") as raw, open_text(raw, source) as stream:
             try:
                 for record in read_records(stream, source):
+                    held += 1
                     if moved is not None:
                         moved(next(read), 0 if stdin else done + raw.tell())
                     yield record
                     del record  # not held while the next one is read
             except UnicodeDecodeError as exc:
+                held += 1
                 yield Record(source, 0, error=f"not UTF-8 text ({exc.reason} at byte {exc.start})")
             except READ_ERRORS as exc:
+                held += 1
                 yield Record(source, 0, error=f"cannot be read: {exc}")
             if not stdin:
                 done += raw.tell()
+        if not held and empty is not None:
+            empty.append(source)
 
 
 def input_size(sources: Sequence[str | os.PathLike[str]]) -> int | None:
@@ -218,7 +229,7 @@ def import_chats(
     def documents() -> Iterator[ChatDocument | Mapping[str, Any]]:
         positions = count()
         streamed = formats.gather_streams(
-            records(sources, progress),
+            records(sources, progress, empty=report.empty),
             lambda record: None if record.error is not None else record.value,
             lambda first, events: replace(first, value=events),
         )

@@ -31,7 +31,7 @@ from .rendering import (
     stdout,
     write_csv,
 )
-from .transcript import render_transcript
+from .transcript import render_transcript, render_tree
 
 __all__ = ["ls", "rm", "search", "show", "stats"]
 
@@ -81,13 +81,25 @@ def ls(where: ChatFilter, limit: int, cursor: str | None, as_json: bool) -> None
 @click.argument("chat_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the canonical JSON document.")
 @click.option("--leaf", help="Show the path that ends at this message (a uid) instead of the active one.")
-@click.option("--tree", "whole", is_flag=True, help="With --json: the whole tree, every branch.")
+@click.option(
+    "--tree",
+    "whole",
+    is_flag=True,
+    help="Every branch: a line a message, the active path marked (with --json: the whole document).",
+)
 def show(chat_id: str, as_json: bool, leaf: str | None, whole: bool) -> None:
-    """Show one chat's active path as a readable transcript."""
-    if whole and (leaf is not None or not as_json):
-        raise click.UsageError("--tree: only with --json, and not with --leaf")
+    """Show one chat's active path as a readable transcript (--tree: every branch)."""
+    if whole and leaf is not None:
+        raise click.UsageError("--tree shows every branch: not with --leaf")
     target = archive()
-    document = target.get_tree(chat_id).document if whole else target.get(chat_id, leaf=leaf)
+    if whole:
+        tree = target.get_tree(chat_id)
+        if as_json:
+            click.echo(tree.document.model_dump_json(indent=2))
+        else:
+            stdout().print(render_tree(tree))
+        return
+    document = target.get(chat_id, leaf=leaf)
     if as_json:
         click.echo(document.model_dump_json(indent=2))
     else:

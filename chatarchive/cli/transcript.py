@@ -8,11 +8,11 @@ from typing import Any
 from rich.console import Group
 from rich.text import Text
 
-from chatarchive._document import ChatDocument, ContentPart, Message, ToolCall, ToolFunction
+from chatarchive._document import ChatDocument, ChatTree, ContentPart, Message, ToolCall, ToolFunction
 
 from .rendering import literal, printable
 
-__all__ = ["render_transcript"]
+__all__ = ["render_transcript", "render_tree"]
 
 _ROLE_STYLES = {
     "system": "magenta",
@@ -48,6 +48,69 @@ def render_transcript(doc: ChatDocument) -> Group:
             text = ", ".join(field for field in fields if field)
             lines.append(literal(f"  on {target}: {text}"))
     return Group(*lines)
+
+
+#: How long a message's one-line preview in a tree is, at most.
+_LINE = 72
+
+
+def render_tree(tree: ChatTree) -> Group:
+    """Every message of every branch, a line each: a branch point's children
+    indented under it with guides (``├─``, ``└─``), a message with one child
+    followed by it at the same depth, the active path marked ``●`` (the others
+    ``○``) and its leaf ``◀ active``."""
+    doc = tree.document
+    parents = doc.parent_indexes()
+    children: dict[int | None, list[int]] = {}
+    for index, parent in enumerate(parents):
+        children.setdefault(parent, []).append(index)
+    on_path: set[int] = set()
+    leaf = doc.active_index()
+    walked = leaf
+    while walked is not None:
+        on_path.add(walked)
+        walked = parents[walked]
+    lines: list[Text] = [_header(doc), Text()]
+    stack: list[tuple[int, str, str, str]] = []  # index, prefix, its guide, its children's guide
+
+    def push(kids: list[int], prefix: str) -> None:
+        if len(kids) == 1:
+            stack.append((kids[0], prefix, "", ""))
+            return
+        for position in reversed(range(len(kids))):
+            last = position == len(kids) - 1
+            stack.append((kids[position], prefix, "└─ " if last else "├─ ", "   " if last else "│  "))
+
+    push(children.get(None, []), "")
+    while stack:
+        index, prefix, guide, below = stack.pop()
+        message = doc.messages[index]
+        line = Text(prefix + guide, style="dim")
+        line.append("● " if index in on_path else "○ ", style="bold" if index in on_path else "dim")
+        line.append(f"[{index}] ", style="dim")
+        line.append(printable(message.role), style=_ROLE_STYLES.get(message.role, "bold"))
+        line.append(f"  {printable(message.uid)}", style="dim")
+        line.append("  ")
+        line.append_text(literal(_preview(message)))
+        if index == leaf:
+            line.append("  ◀ active", style="bold")
+        lines.append(line)
+        push(children.get(index, []), prefix + below)
+    return Group(*lines)
+
+
+def _preview(message: Message) -> str:
+    """A message in one short line: its text, or its calls."""
+    text = _plain(message.content)
+    if not isinstance(text, str) or not text.strip():
+        calls = [
+            f"{call.function.name or '?'}({call.function.arguments or ''})"
+            for call in message.tool_calls or []
+            if call.function is not None
+        ]
+        text = "→ " + ", ".join(calls) if calls else ""
+    text = " ".join(text.split())
+    return text if len(text) <= _LINE else text[: _LINE - 1] + "…"
 
 
 def _header(doc: ChatDocument) -> Text:

@@ -131,6 +131,8 @@ def import_(
                 f"replaced it: {shown}{more}"
             )
         )
+    for source in done.empty:
+        stderr().print(literal(f"{source}: no records (the input is empty)"))
     failed = done.failed
     stderr().print(f"imported {count_of_chats(done.imported)}" + (f", {failed} failed" if failed else ""))
     if failed:

@@ -201,7 +201,22 @@ def test_a_tree_shows_its_paths_and_exports_whole_and_as_preference_pairs(run: R
     assert "Primer dimers." not in run("show", "tree").stdout
     assert "Primer dimers." in run("show", "tree", "--leaf", "a1").stdout
     assert _tree_shape(json.loads(run("show", "tree", "--json", "--tree").stdout)) == _tree_shape(TREE)
-    assert "--tree: only with --json" in run("show", "tree", "--tree", expect=2).stderr
+    drawn = run("show", "tree", "--tree").stdout.splitlines()
+    rows = [line for line in drawn if "] " in line and ("●" in line or "○" in line)]
+    assert [row.split("] ")[1].split()[0:2] for row in rows] == [
+        ["user", "q"],
+        ["assistant", "a1"],
+        ["assistant", "a2"],
+    ]
+    assert rows[0].startswith("● [0]")  # the root, on the active path
+    assert rows[1].startswith("├─ ○ [1]")
+    assert "Primer dimers." in rows[1]
+    assert rows[2].startswith("└─ ● [2]")
+    assert rows[2].endswith("◀ active")
+    assert (
+        "--tree shows every branch: not with --leaf"
+        in run("show", "tree", "--tree", "--leaf", "a1", expect=2).stderr
+    )
     assert "no message with uid 'nope'" in run("show", "tree", "--leaf", "nope", expect=1).stderr
     listed = run("ls").stdout
     assert re.search(r"tree\s.*\b2\b", listed)  # two messages on the active path
@@ -1045,3 +1060,12 @@ def test_import_progress_counts_the_bytes_read(tmp_path: Path) -> None:
     assert positions == sorted(positions)
     assert positions[0] < total / 4  # read as it goes, not whole first
     assert Path(plain).stat().st_size <= positions[30] <= total
+
+
+def test_import_of_an_empty_file_says_it_held_no_records(run: Run, tmp_path: Path) -> None:
+    run("db", "upgrade")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    result = run("import", str(empty))
+    assert f"{empty}: no records (the input is empty)" in result.stderr
+    assert "imported 0 chats" in result.stderr

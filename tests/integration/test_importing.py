@@ -78,3 +78,14 @@ def test_an_import_in_a_named_format_reads_every_record_as_that_format(
         archive, [source], format="sharegpt", on_error=lambda place, _: places.append(place)
     )
     assert (report.imported, report.failed, places) == (1, 1, [f"{source}:2"])
+
+
+def test_an_empty_input_is_named_as_holding_no_records(archive: ChatArchive, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    blank = tmp_path / "blank.json"
+    blank.write_text("\n  \n")
+    full = lines(tmp_path / "one.jsonl", {"chat_id": "a", "messages": CHAT})
+    report = import_chats(archive, [empty, full, blank])
+    assert report.empty == [str(empty), str(blank)]
+    assert (report.records, report.imported) == (1, 1)
