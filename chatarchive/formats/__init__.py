@@ -68,8 +68,8 @@ FORMATS: dict[str, Format] = _collected()
 
 #: The formats imported, in the order auto-detection tries them, the most
 #: specific first: an object with a ``messages`` list is a canonical document
-#: unless it is a fine-tuning line or an Anthropic request, and no other
-#: format's key (``conversations``, ``main_messages``...) makes it one of theirs.
+#: unless it is a fine-tuning line, an Anthropic request or Open WebUI's chat
+#: object, and no other format's key (``conversations``, ``main_messages``...) makes it one of theirs.
 IMPORT_FORMATS: dict[str, Format] = {
     record.name: record
     for record in sorted(

@@ -55,7 +55,22 @@ def _history_holder(data: Any) -> dict[str, Any] | None:
 
 
 def looks_like(data: Any) -> bool:
-    return _history_holder(data) is not None
+    """An export's chat (``chat.history``), or the bare chat object Open WebUI
+    keeps (``history`` with ``currentId`` and messages that link to each other
+    by ``parentId`` / ``childrenIds``): it has a ``messages`` list too, the
+    current path, and is Open WebUI's and not a chat document for that."""
+    holder = _history_holder(data)
+    if holder is None:
+        return False
+    if holder is not data:
+        return True
+    history = holder["history"]
+    nodes = history["messages"].values()
+    return (
+        "chat_id" not in data
+        and "currentId" in history
+        and all(isinstance(node, dict) and "parentId" in node and "childrenIds" in node for node in nodes)
+    )
 
 
 def to_document(data: Any) -> ChatDocument:
@@ -313,7 +328,7 @@ FORMATS = (
         what="a chat of Open WebUI's export",
         round_trip="JSON-equal, every branch",
         family="chat product",
-        detection=90,
+        detection=45,  # before canonical: the bare chat object has a 'messages' list too
         looks_like=looks_like,
         to_document=to_document,
         from_document=from_document,

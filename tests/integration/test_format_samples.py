@@ -72,8 +72,12 @@ def _claude_ai(record: Any) -> None:
 def _open_webui(record: Any) -> None:
     """No SDK has types for Open WebUI's export: the keys its chats and
     messages have, and a tree whose links agree."""
-    history = record["chat"]["history"]
-    assert {"id", "user_id", "title", "chat", "created_at", "updated_at"} <= record.keys()
+    if "chat" in record:  # an export's chat
+        history = record["chat"]["history"]
+        assert {"id", "user_id", "title", "chat", "created_at", "updated_at"} <= record.keys()
+    else:  # the chat object Open WebUI keeps, as importers pass it around
+        history = record["history"]
+        assert {"id", "title", "models", "history", "messages", "timestamp"} <= record.keys()
     for node_id, node in history["messages"].items():
         assert {"id", "parentId", "childrenIds", "role", "content", "timestamp"} <= node.keys()
         assert node["id"] == node_id

@@ -23,6 +23,7 @@ from chatarchive._terms import (
     StoredTerms,
     Tokenizer,
     TsvectorText,
+    normalized,
     rank,
     snippet,
     tsvector_literal,
@@ -79,7 +80,8 @@ def test_a_term_knows_where_it_is_in_the_text() -> None:
 @settings(max_examples=300)
 def test_the_quick_path_for_plain_text_gives_the_same_terms(text: str) -> None:
     for candidate in (text, text.encode("ascii", "ignore").decode()):
-        assert ENGLISH.terms(candidate) == [term for term, _, _ in ENGLISH.spans(candidate)]
+        # spans takes text in NFC, as terms puts it ("A" and a combining grave accent are "À").
+        assert ENGLISH.terms(candidate) == [term for term, _, _ in ENGLISH.spans(normalized(candidate))]
 
 
 def test_terms_hold_only_letters_digits_and_pictographs() -> None:
