@@ -37,12 +37,16 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import zipfile
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
+from functools import partial
 from itertools import count
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from chatarchive import formats
 from chatarchive._api import ChatArchive
@@ -63,6 +67,7 @@ __all__ = [
     "ImportReport",
     "Record",
     "document_of",
+    "files_of",
     "import_chats",
     "input_size",
     "records",
@@ -113,43 +118,128 @@ def records(
 ) -> Iterator[Record]:
     """The records of every source, in order; ``moved(records, bytes)`` is
     told, after each, how many there were so far and how many bytes of the
-    files are read; ``empty`` is given the sources that held no record. A file
-    that cannot be read, or is not UTF-8, gives a record with its ``error``."""
+    files are read; ``empty`` is given the files that held no record. A
+    directory or a zip file gives the records of the files it holds (see
+    :func:`files_of`). A file that cannot be read, or is not UTF-8, gives a
+    record with its ``error``."""
     read, done = count(1), 0
     for path in sources:
-        stdin = os.fspath(path) == "-"
-        source = "<stdin>" if stdin else os.fspath(path)
-        held = 0
-        with _standard_input() if stdin else open(path, "rb") as raw, open_text(raw, source) as stream:
-            try:
-                for record in read_records(stream, source):
+        for source, opener, sized in _files(path):
+            held = 0
+            with opener() as raw, open_text(raw, source) as stream:
+                try:
+                    for record in read_records(stream, source):
+                        held += 1
+                        if moved is not None:
+                            moved(next(read), done + raw.tell() if sized else 0)
+                        yield record
+                        del record  # not held while the next one is read
+                except UnicodeDecodeError as exc:
                     held += 1
-                    if moved is not None:
-                        moved(next(read), 0 if stdin else done + raw.tell())
-                    yield record
-                    del record  # not held while the next one is read
-            except UnicodeDecodeError as exc:
-                held += 1
-                yield Record(source, 0, error=f"not UTF-8 text ({exc.reason} at byte {exc.start})")
-            except READ_ERRORS as exc:
-                held += 1
-                yield Record(source, 0, error=f"cannot be read: {exc}")
-            if not stdin:
-                done += raw.tell()
-        if not held and empty is not None:
-            empty.append(source)
+                    yield Record(source, 0, error=f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+                except READ_ERRORS as exc:
+                    held += 1
+                    yield Record(source, 0, error=f"cannot be read: {exc}")
+                if sized:
+                    done += raw.tell()
+            if not held and empty is not None:
+                empty.append(source)
+
+
+#: What the files of records are called (each also compressed: ``.gz``, ``.bz2``, ``.xz``).
+_RECORD_FILES = re.compile(r".*\.(json|jsonl|ndjson)(\.(gz|bz2|xz))?", re.IGNORECASE)
+#: The conversation files of ChatGPT's and Claude.ai's exports: ``conversations.json``,
+#: or ChatGPT's numbered parts of it (``conversations-000.json``...).
+_CONVERSATION_FILES = re.compile(r"conversations([-_]\d+)?\.json", re.IGNORECASE)
+
+
+def files_of(names: Iterable[str]) -> list[str]:
+    """Which of a directory's or a zip's files an import reads: the
+    conversation files of a ChatGPT or Claude.ai export when it holds them
+    (``conversations.json``, ``conversations-000.json``...; the export's other
+    files, ``user.json``, ``message_feedback.json``..., hold no chats), else
+    every JSON or JSON Lines file; in the order of their names, numbers
+    counted as numbers.
+
+    Examples:
+        >>> files_of(["user.json", "conversations-10.json", "conversations-9.json", "chat.html"])
+        ['conversations-9.json', 'conversations-10.json']
+        >>> files_of(["b.jsonl", "a.json.gz", "notes.txt"])
+        ['a.json.gz', 'b.jsonl']
+    """
+    found = sorted((name for name in names if _RECORD_FILES.fullmatch(name)), key=_natural)
+    conversations = [
+        name for name in found if _CONVERSATION_FILES.fullmatch(name.replace("\\", "/").rsplit("/")[-1])
+    ]
+    return conversations or found
+
+
+def _base_name(name: str) -> str:
+    """A file's name without its folders (``/`` in a zip, the system's own on disk)."""
+    return os.path.basename(name.replace("\\", "/") if os.sep == "\\" else name).rsplit("/", 1)[-1]
+
+
+def _natural(name: str) -> list[Any]:
+    return [int(piece) if piece.isdigit() else piece.lower() for piece in re.split(r"(\d+)", name)]
+
+
+Opener = Callable[[], AbstractContextManager[BinaryIO]]
+
+
+def _files(path: str | os.PathLike[str]) -> Iterator[tuple[str, Opener, bool]]:
+    """The files ``path`` names: each one's name in the records' places, how
+    to open it, and whether its bytes count towards the input's size."""
+    name = os.fspath(path)
+    if name == "-":
+        yield "<stdin>", lambda: nullcontext(_standard_input()), False
+    elif os.path.isdir(name):
+        inside = {
+            os.path.relpath(os.path.join(folder, file), name): os.path.join(folder, file)
+            for folder, _, files in os.walk(name)
+            for file in files
+        }
+        for relative in files_of(inside):
+            full = inside[relative]
+            yield full, partial(_file, full), True
+    elif zipfile.is_zipfile(name):
+        with zipfile.ZipFile(name) as archive:
+            members = files_of(info.filename for info in archive.infolist() if not info.is_dir())
+        for member in members:
+            yield f"{name}/{member}", partial(_member, name, member), True
+    else:
+        yield name, partial(_file, name), True
+
+
+def _file(path: str) -> BinaryIO:
+    return open(path, "rb")
+
+
+@contextmanager
+def _member(zip_path: str, member: str) -> Iterator[BinaryIO]:
+    with zipfile.ZipFile(zip_path) as archive, archive.open(member) as raw:
+        yield cast(BinaryIO, raw)
 
 
 def input_size(sources: Sequence[str | os.PathLike[str]]) -> int | None:
-    """The bytes of the sources' files, for a progress bar; ``None`` when one
-    is standard input. A missing file raises ``FileNotFoundError`` here,
-    before anything is read or written."""
-    if any(os.fspath(path) == "-" for path in sources):
-        for path in sources:
-            if os.fspath(path) != "-":
-                os.stat(path)
-        return None
-    return sum(os.stat(path).st_size for path in sources)
+    """The bytes of the sources' files (of the files a directory or a zip
+    holds that an import reads, uncompressed in a zip), for a progress bar;
+    ``None`` when one is standard input. A missing file raises
+    ``FileNotFoundError`` here, before anything is read or written."""
+    total = 0
+    stdin = False
+    for path in sources:
+        name = os.fspath(path)
+        if name == "-":
+            stdin = True
+        elif os.path.isdir(name):
+            total += sum(os.stat(full).st_size for full, _, sized in _files(name) if sized)
+        elif zipfile.is_zipfile(name):
+            with zipfile.ZipFile(name) as archive:
+                chosen = set(files_of(info.filename for info in archive.infolist()))
+                total += sum(info.file_size for info in archive.infolist() if info.filename in chosen)
+        else:
+            total += os.stat(name).st_size
+    return None if stdin else total
 
 
 def document_of(record: Record, format: str = "auto") -> ChatDocument | Mapping[str, Any]:

@@ -69,8 +69,12 @@ __all__ = ["export", "formats_", "import_"]
 def import_(
     paths: tuple[str, ...], strict: bool, bulk: bool, batch_size: int, writers: int, fmt: str
 ) -> None:
-    """Import chats from JSON or JSON Lines files ('-' reads standard input;
-    names ending in .gz, .bz2 or .xz are decompressed).
+    """Import chats from JSON or JSON Lines files, directories and zip files
+    ('-' reads standard input; names ending in .gz, .bz2 or .xz are
+    decompressed). A directory or a zip (ChatGPT's and Claude.ai's data
+    exports as they are downloaded) gives its conversations.json files
+    (ChatGPT's numbered conversations-000.json... too) when it holds them, else
+    every JSON and JSON Lines file it holds.
 
     A file may hold one record, a list of records (read one at a time, so
     memory does not grow with the file), JSON Lines of them, or records one
@@ -78,8 +82,7 @@ def import_(
     formats' lists: a chat document, an OpenAI message list, Responses API
     items or response, an Anthropic Messages request or response, Gemini
     contents, LangChain messages, a ChatGPT, Claude.ai or Open WebUI
-    conversation (from an export's zip: unzip -p export.zip conversations.json
-    | chatarchive import -), a Masterbrain ChatDoc, a Malevich message list, a
+    conversation, a Masterbrain ChatDoc, a Malevich message list, a
     ShareGPT record or a fine-tuning line. Streams (chat-completion chunks,
     Anthropic or Responses API events), one event a line, import as the message
     they amount to. Chats already stored with the same chat_id are replaced.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 
 from chatarchive import ChatArchive, ChatArchiveError, ImportFailed, InvalidArgument, InvalidDocument
 from chatarchive.importing import Duplicate, import_chats, input_size
+from tests.support.samples import FORMAT_SAMPLES
 
 CHAT = [{"role": "user", "content": "Wie spät ist es?"}, {"role": "assistant", "content": "Drei Uhr."}]
 
@@ -89,3 +91,48 @@ def test_an_empty_input_is_named_as_holding_no_records(archive: ChatArchive, tmp
     report = import_chats(archive, [empty, full, blank])
     assert report.empty == [str(empty), str(blank)]
     assert (report.records, report.imported) == (1, 1)
+
+
+def _chatgpt_conversation(number: int) -> dict[str, Any]:
+    record = json.loads((FORMAT_SAMPLES / "chatgpt" / "no-current-node.json").read_text(encoding="utf-8"))
+    return {**record, "id": f"0f1e2d3c-4b5a-4968-8776-65544332{number:04d}", "title": f"chat {number}"}
+
+
+def test_a_chatgpt_export_zip_imports_its_conversation_files_and_nothing_else(
+    archive: ChatArchive, tmp_path: Path
+) -> None:
+    # The layout of ChatGPT's data export: conversations (in numbered parts, as newer exports split them)
+    # beside the account's other files and the uploaded files.
+    export = tmp_path / "chatgpt-export.zip"
+    with zipfile.ZipFile(export, "w") as packed:
+        packed.writestr("conversations-001.json", json.dumps([_chatgpt_conversation(n) for n in (3, 4, 5)]))
+        packed.writestr("conversations-000.json", json.dumps([_chatgpt_conversation(n) for n in (1, 2)]))
+        packed.writestr("user.json", json.dumps({"id": "user-1", "email": "a@example.org"}))
+        packed.writestr("message_feedback.json", "[]")
+        packed.writestr("chat.html", "<html></html>")
+        packed.writestr("file-abc-cat.png", b"\x89PNG\r\n\x1a\n")
+    places: list[str] = []
+    report = import_chats(archive, [export], on_error=lambda place, _: places.append(place))
+    assert (report.records, report.imported, report.failed, places) == (5, 5, 0, [])
+    assert sorted(chat.title or "" for chat in archive.list_chats().items) == [
+        f"chat {n}" for n in range(1, 6)
+    ]
+    assert input_size([export]) == sum(info.file_size for info in zipfile.ZipFile(export).infolist()[:2])
+
+
+def test_a_directory_and_a_zip_of_other_files_import_every_json_file_and_name_each_place(
+    archive: ChatArchive, tmp_path: Path
+) -> None:
+    folder = tmp_path / "unzipped"
+    (folder / "more").mkdir(parents=True)
+    lines(folder / "a.jsonl", {"chat_id": "a", "messages": CHAT})
+    lines(folder / "more" / "b.json", {"chat_id": "b", "messages": CHAT}, {"not": "a chat"})
+    (folder / "README.txt").write_text("not read")
+    packed = tmp_path / "chats.zip"
+    with zipfile.ZipFile(packed, "w") as writing:
+        writing.writestr("c.jsonl", json.dumps({"chat_id": "c", "messages": CHAT}) + "\n")
+    places: list[str] = []
+    report = import_chats(archive, [folder, packed], on_error=lambda place, _: places.append(place))
+    assert (report.imported, report.failed) == (3, 1)
+    assert places == [f"{folder / 'more' / 'b.json'}:2"]
+    assert {chat.chat_id for chat in archive.list_chats().items} == {"a", "b", "c"}
