@@ -30,7 +30,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from itertools import count
 from pathlib import Path
-from typing import IO, Any, BinaryIO, Literal
+from typing import IO, Any, BinaryIO, Literal, cast
 
 __all__ = ["READ_ERRORS", "Record", "is_message_list", "open_text", "read_records", "written"]
 
@@ -89,7 +89,7 @@ def is_message_list(value: object) -> bool:
     )
 
 
-def read_records(stream: IO[str], source: str) -> Iterator[Record]:
+def read_records(stream: IO[str], source: str, *, longest_string: int | None = None) -> Iterator[Record]:
     """The records in one file (``stream`` opened as text). A byte order mark
     at the start is skipped: Windows tools write one, and JSON's RFC 8259 lets
     readers ignore it.
@@ -100,11 +100,16 @@ def read_records(stream: IO[str], source: str) -> Iterator[Record]:
     is reported and the next ones are read on (lines end at ``\n`` only, as JSON
     text may hold U+2028 and other characters that ``str.splitlines``
     breaks lines at). Otherwise values are read one after another, and reading
-    stops where the text breaks."""
+    stops where the text breaks.
+
+    ``longest_string``: the most characters a JSON string may take as text
+    (its escapes included); a longer one is refused as it is read, so that
+    memory stays bounded whatever the file holds (a JSON line with one is
+    refused, and the next lines are read; elsewhere reading stops there)."""
     if _uncompressed_name(source).endswith(_JSONL_SUFFIXES):
-        yield from _json_lines(_without_bom(stream), source, first_line=1)
+        yield from _json_lines(_without_bom(_lines(stream, longest_string)), source, first_line=1)
         return
-    text = _Text(stream)
+    text = _Text(stream, longest_string)
     first = True
     while text.next_char():
         start = text.line()
@@ -216,8 +221,9 @@ class _Text:
     """A window on a text stream: what is read and not yet consumed (from
     ``pos``), and the line numbers that go with it."""
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str], longest_string: int | None = None) -> None:
         self._stream = stream
+        self._longest = longest_string
         self.text = ""
         self.pos = 0
         self._started = False
@@ -328,18 +334,22 @@ class _Text:
         conversation of several megabytes held two or three times its size
         while it was read). False at the end of the text."""
         pieces = [self._rest()]
-        scan = _ValueEnd()
+        scan = _ValueEnd(self._longest)
         added = 0
-        if not scan.feed(pieces[0]):
-            while True:
-                piece = self._stream.readline(_PIECE)
-                if not piece:
-                    self._ended = True
-                    break
-                pieces.append(piece)
-                added += len(piece)
-                if scan.feed(piece):
-                    break
+        try:
+            if not scan.feed(pieces[0]):
+                while True:
+                    piece = self._stream.readline(_PIECE)
+                    if not piece:
+                        self._ended = True
+                        break
+                    pieces.append(piece)
+                    added += len(piece)
+                    if scan.feed(piece):
+                        break
+        except _TooLong as too_long:
+            self.text = pieces[0]
+            raise self.broken(str(too_long), self.pos) from None
         self.text = "".join(pieces)
         del pieces
         return added > 0
@@ -358,10 +368,19 @@ class _Text:
 
     def following_lines(self) -> Iterator[str]:
         """The lines after the one ``pos`` is on: the rest of the window, then the stream's."""
-        newline = self.find(_NEWLINE)
-        if newline is None:
-            return
-        rest, self.text, self.pos = self.text[newline + 1 :], "", 0
+        found = _NEWLINE.search(self.text, self.pos)
+        if found is not None:
+            rest, self.text, self.pos = self.text[found.start() + 1 :], "", 0
+        else:  # the rest of this line is not needed: skip it, unkept
+            rest, self.text, self.pos = "", "", 0
+            while not self._ended:
+                piece = self._stream.readline(_PIECE)
+                if not piece:
+                    self._ended = True
+                elif piece.endswith("\n"):
+                    break
+            if self._ended:
+                return
         partial = ""
         for line in io.StringIO(rest, newline="\n"):
             if line.endswith("\n"):
@@ -369,11 +388,63 @@ class _Text:
             else:
                 partial = line
         if not self._ended:
-            for line in self._stream:
+            for line in _lines(self._stream, self._longest):
                 yield partial + line
                 partial = ""
         if partial:
             yield partial
+
+
+class _TooLong(Exception):
+    def __init__(self, longest: int) -> None:
+        super().__init__(
+            f"a string of more than {longest:,} characters: longer than any message the archive takes"
+        )
+
+
+def _lines(stream: Iterable[str], longest_string: int | None) -> Iterator[str]:
+    """The stream's lines; with ``longest_string``, a line that holds a
+    longer string is read in pieces and given as a line that says so (its
+    text is not kept), so that no line is held whole beyond the bound."""
+    if longest_string is None:
+        yield from stream
+        return
+    readline = cast(IO[str], stream).readline
+    while True:
+        piece: str = readline(_PIECE)
+        if not piece:
+            return
+        if piece.endswith("\n") or len(piece) < _PIECE:
+            yield piece
+            continue
+        pieces, scan = [piece], _ValueEnd(longest_string)
+        try:
+            _strings_in(scan, piece)
+            while not pieces[-1].endswith("\n"):
+                more: str = readline(_PIECE)
+                if not more:
+                    break
+                pieces.append(more)
+                _strings_in(scan, more)
+        except _TooLong as too_long:
+            while not pieces[-1].endswith("\n"):  # skip the rest of the line, unkept
+                pieces[-1] = readline(_PIECE)
+                if not pieces[-1]:
+                    break
+            yield _TOO_LONG_LINE + json.dumps(str(too_long)) + "\n"
+            continue
+        yield "".join(pieces)
+
+
+def _strings_in(scan: _ValueEnd, piece: str) -> None:
+    """Scan ``piece`` of a line for its strings' lengths: the line's value is
+    counted one level deeper, so that no bracket of it ends the scan."""
+    scan.depth = max(scan.depth, 1)
+    scan.feed(piece)
+
+
+#: How ``_lines`` gives a line whose string is too long (no JSON value starts so).
+_TOO_LONG_LINE = "\x00too long: "
 
 
 class _ValueEnd:
@@ -385,10 +456,12 @@ class _ValueEnd:
     _SPECIAL = re.compile(r'["\[\]{}]')
     _IN_STRING = re.compile(r'["\\]')
 
-    def __init__(self) -> None:
+    def __init__(self, longest_string: int | None = None) -> None:
         self.depth = 0
         self.in_string = False
         self.escaped = False
+        self.longest = longest_string
+        self.string_length = 0
 
     def feed(self, piece: str) -> bool:
         """Scan on through ``piece``; True once the value has ended."""
@@ -400,6 +473,9 @@ class _ValueEnd:
                     index += 1
                     continue
                 found = self._IN_STRING.search(piece, index)
+                self.string_length += (end if found is None else found.start()) - index
+                if self.longest is not None and self.string_length > self.longest:
+                    raise _TooLong(self.longest)
                 if found is None:
                     return False
                 index = found.end()
@@ -417,6 +493,7 @@ class _ValueEnd:
             char = found.group()
             if char == '"':
                 self.in_string = True
+                self.string_length = 0
             elif char in "[{":
                 self.depth += 1
             else:
@@ -482,6 +559,9 @@ def _without_bom(lines: Iterable[str]) -> Iterator[str]:
 def _json_lines(lines: Iterable[str], source: str, *, first_line: int) -> Iterator[Record]:
     for number, line in enumerate(lines, start=first_line):
         if not line.strip():
+            continue
+        if line.startswith(_TOO_LONG_LINE):
+            yield Record(source, number, error=json.loads(line[len(_TOO_LONG_LINE) :]))
             continue
         try:
             value = json.loads(line)

@@ -51,7 +51,7 @@ from typing import Any, BinaryIO, cast
 from chatarchive import formats
 from chatarchive._api import ChatArchive
 from chatarchive._arguments import require_flag, require_text
-from chatarchive._document import ChatDocument
+from chatarchive._document import DEFAULT_LIMITS, ChatDocument, Limits
 from chatarchive._exceptions import ChatArchiveError, ImportFailed, InvalidArgument, InvalidDocument
 from chatarchive._jsonio import READ_ERRORS, Record, open_text, read_records
 from chatarchive._repository.batches import (
@@ -115,20 +115,25 @@ def records(
     moved: Callable[[int, int], None] | None = None,
     *,
     empty: list[str] | None = None,
+    limits: Limits | None = None,
 ) -> Iterator[Record]:
     """The records of every source, in order; ``moved(records, bytes)`` is
     told, after each, how many there were so far and how many bytes of the
     files are read; ``empty`` is given the files that held no record. A
     directory or a zip file gives the records of the files it holds (see
     :func:`files_of`). A file that cannot be read, or is not UTF-8, gives a
-    record with its ``error``."""
+    record with its ``error``. A string longer than the largest message
+    ``limits`` allows is refused while it is read (a record with its
+    ``error``), so that memory stays bounded whatever the files hold."""
     read, done = count(1), 0
+    # A string's JSON text takes at most six characters a byte of its UTF-8 (an escape: \u0000).
+    longest = _ESCAPED * (limits or DEFAULT_LIMITS).max_message_bytes
     for path in sources:
         for source, opener, sized in _files(path):
             held = 0
             with opener() as raw, open_text(raw, source) as stream:
                 try:
-                    for record in read_records(stream, source):
+                    for record in read_records(stream, source, longest_string=longest):
                         held += 1
                         if moved is not None:
                             moved(next(read), done + raw.tell() if sized else 0)
@@ -145,6 +150,9 @@ def records(
             if not held and empty is not None:
                 empty.append(source)
 
+
+#: The most characters of JSON text one byte of a string takes (``\u0000``).
+_ESCAPED = 6
 
 #: What the files of records are called (each also compressed: ``.gz``, ``.bz2``, ``.xz``).
 _RECORD_FILES = re.compile(r".*\.(json|jsonl|ndjson)(\.(gz|bz2|xz))?", re.IGNORECASE)
@@ -319,7 +327,7 @@ def import_chats(
     def documents() -> Iterator[ChatDocument | Mapping[str, Any]]:
         positions = count()
         streamed = formats.gather_streams(
-            records(sources, progress, empty=report.empty),
+            records(sources, progress, empty=report.empty, limits=archive._limits),
             lambda record: None if record.error is not None else record.value,
             lambda first, events: replace(first, value=events),
         )

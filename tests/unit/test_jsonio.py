@@ -333,3 +333,37 @@ def test_a_long_item_is_read_to_its_end_whatever_its_strings_hold(piece: int) ->
     assert read == []
     assert last.error is not None
     assert last.error.startswith("invalid JSON")
+
+
+def test_a_string_longer_than_the_limit_is_refused_while_it_is_read() -> None:
+    # A compressed file may hold a string of gigabytes: it is refused once it
+    # passes the bound, never held whole.
+    huge = "x" * (12 * 2**20)
+    one = io.StringIO(json.dumps({"messages": [{"role": "user", "content": huge}]}) + "\n")
+    tracemalloc.start()
+    try:
+        (record,) = read_records(one, "one.json", longest_string=2 * 2**20)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert record.error is not None
+    assert "a string of more than 2,097,152 characters" in record.error
+    assert peak < 8 * 2**20  # the bound and a few pieces, not the 12 MiB string
+
+    lines = io.StringIO(
+        json.dumps({"chat_id": "a", "messages": []})
+        + "\n"
+        + json.dumps({"messages": [{"role": "user", "content": huge}]})
+        + "\n"
+        + json.dumps({"chat_id": "b", "messages": [{"role": "user", "content": "short"}]})
+        + "\n"
+    )
+    found = list(read_records(lines, "many.jsonl", longest_string=2 * 2**20))
+    assert [record.line for record in found] == [1, 2, 3]
+    assert found[1].error is not None
+    assert "a string of more than" in found[1].error
+    assert [found[0].value["chat_id"], found[2].value["chat_id"]] == ["a", "b"]
+    # Within the bound, long strings are read as they are.
+    fits = io.StringIO(json.dumps({"messages": [{"role": "user", "content": huge}]}))
+    (kept,) = read_records(fits, "fits.json", longest_string=13 * 2**20)
+    assert kept.value["messages"][0]["content"] == huge
