@@ -429,7 +429,8 @@ class AsyncChatArchive(ChatOperations, ArchiveOperations, _Archive[AsyncEngine],
     async def _require_schema(self) -> None:
         if self._schema_ready:
             return
-        require_archive_file(self.url)
+        # Looking at the file system blocks: not in the event loop (once an archive's schema is known, never).
+        await asyncio.to_thread(require_archive_file, self.url)
         await _first_connection(self._engine)
         with database_errors():
             async with self._engine.connect() as connection:

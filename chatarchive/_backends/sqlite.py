@@ -277,12 +277,20 @@ def _name_a_missing_directory(engine: Engine, path: str) -> None:
     and what is wrong with it."""
 
     @event.listens_for(engine, "do_connect")
-    def _before_connecting(*_args: Any) -> None:
-        directory = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(directory):
-            raise DatabaseError(f"cannot open the SQLite archive {path}: there is no directory {directory}")
-        if os.path.isdir(path):
-            raise DatabaseError(f"cannot open the SQLite archive {path}: it is a directory")
+    def _connecting(dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+        # The path is looked at only when connecting fails: looking blocks, and
+        # under asyncio a connection is made in the event loop.
+        try:
+            return dialect.connect(*cargs, **cparams)
+        except Exception:
+            directory = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(directory):
+                raise DatabaseError(
+                    f"cannot open the SQLite archive {path}: there is no directory {directory}"
+                ) from None
+            if os.path.isdir(path):
+                raise DatabaseError(f"cannot open the SQLite archive {path}: it is a directory") from None
+            raise
 
 
 class _MemoryPool(sqlalchemy.pool.QueuePool):

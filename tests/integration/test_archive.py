@@ -838,3 +838,25 @@ def test_statement_timeout_must_be_seconds(seconds: object) -> None:
     with pytest.raises(InvalidArgument, match="statement_timeout must be a number of seconds") as caught:
         ChatArchive("sqlite://", statement_timeout=seconds)  # type: ignore[arg-type]
     assert caught.value.argument == "statement_timeout"
+
+
+def test_an_async_archive_never_blocks_its_event_loop_on_the_file_system(
+    own_archive: tuple[ChatArchive, str],
+) -> None:
+    # LangChain's and other frameworks' async tests run under blockbuster, which
+    # fails any blocking call in the event loop: the first call of an archive
+    # looked at its SQLite file there (os.stat), and so did each new connection.
+    from blockbuster import blockbuster_ctx
+
+    archive, url = own_archive
+    archive.upgrade()
+    archive.save({"chat_id": "c", "messages": [{"role": "user", "content": "hi"}]})
+
+    async def first_calls() -> tuple[str, ChatDocument | None]:
+        async with AsyncChatArchive(url) as async_archive:
+            with blockbuster_ctx():
+                found = await async_archive.get("c")
+                missing = await async_archive.find("nobody")
+                return found.chat_id, missing
+
+    assert asyncio.run(first_calls()) == ("c", None)
