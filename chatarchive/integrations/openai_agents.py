@@ -49,7 +49,7 @@ from typing import Any, TypeVar, cast
 
 from agents.items import TResponseInputItem
 from agents.memory import SessionABC, SessionSettings
-from agents.memory.session_settings import resolve_session_limit
+from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 from agents.result import RunResultBase
 from agents.usage import Usage
 from pydantic import TypeAdapter
@@ -98,11 +98,14 @@ class ChatArchiveSession(SessionABC):
         *,
         user_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
         self._chat = SessionChat(archive, session_id, user_id, metadata)
         self.session_id = session_id
-        self.session_settings = session_settings or SessionSettings()
+        # A dict as the SDK's own sessions take it: its keys checked ("Unknown session settings").
+        self.session_settings = (
+            SessionSettings() if session_settings is None else coerce_session_settings(session_settings)
+        )
 
     async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """The archive's operation ``name``, awaited (a ``ChatArchive``'s in a thread)."""
@@ -246,7 +249,8 @@ def _counts(message: Message) -> dict[str, Any]:
     """A message's usage in the SDK's names: the counts (0 when absent) and the details."""
     usage = usage_back(message.usage.model_dump(mode="json")) if message.usage is not None else {}
     counts: dict[str, Any] = {key: usage.get(key) or 0 for key in _COUNTS}
-    counts.update((key, usage[key]) for key in _DETAILS if isinstance(usage.get(key), dict))
+    # Both details, None when absent, as the SDK's AdvancedSQLiteSession reports them.
+    counts.update((key, usage[key] if isinstance(usage.get(key), dict) else None) for key in _DETAILS)
     return counts
 
 
@@ -255,6 +259,8 @@ def _added(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
     total = dict(first)
     for key, value in second.items():
         before = total.get(key)
+        if value is None and key in total:  # absent in the second: the first's stands
+            continue
         if isinstance(before, dict) and isinstance(value, dict):
             total[key] = _added(before, value)
         elif type(before) is int and type(value) is int:

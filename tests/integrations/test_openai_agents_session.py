@@ -152,6 +152,7 @@ def test_run_usage_is_recorded_per_turn_in_the_token_columns(archive: ChatArchiv
         (3, 1, 40, 48),
     ]
     assert turns[0]["output_tokens_details"] == {"reasoning_tokens": 0}
+    assert all({"input_tokens_details", "output_tokens_details"} <= turn.keys() for turn in turns)
     assert asyncio.run(session.get_turn_usage(3)) == {
         k: v for k, v in turns[2].items() if k != "user_turn_number"
     }
@@ -289,3 +290,30 @@ def test_the_modules_example_runs() -> None:
     import chatarchive.integrations.openai_agents as module
 
     assert doctest.testmod(module).failed == 0
+
+
+def test_session_settings_given_as_a_dict_are_the_sdks_settings_and_unknown_keys_are_refused(
+    archive: ChatArchive,
+) -> None:
+    # As the SDK's own sessions take them (coerce_session_settings).
+    session = ChatArchiveSession("settings", archive, session_settings={"limit": 2})
+    assert session.session_settings == SessionSettings(limit=2)
+    with pytest.raises(TypeError, match="Unknown session settings"):
+        ChatArchiveSession("settings", archive, session_settings={"limt": 2})
+
+
+def test_turn_usage_reports_both_token_details_none_when_a_run_has_none(archive: ChatArchive) -> None:
+    session = ChatArchiveSession("no-details", archive)
+
+    async def run() -> Any:
+        await session.add_items(
+            [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+        )
+        message = archive.get("no-details").messages[-1]
+        archive.update_message("no-details", message.uid, usage={"prompt_tokens": 3, "completion_tokens": 2})
+        return await session.get_turn_usage(1)
+
+    turn = asyncio.run(run())
+    assert (turn["input_tokens"], turn["output_tokens"]) == (3, 2)
+    assert turn["input_tokens_details"] is None
+    assert turn["output_tokens_details"] is None
