@@ -366,7 +366,7 @@ class _Text:
             raise self.broken("Extra data", found)
         self.pos = found
 
-    def following_lines(self) -> Iterator[str]:
+    def following_lines(self) -> Iterator[Line]:
         """The lines after the one ``pos`` is on: the rest of the window, then the stream's."""
         found = _NEWLINE.search(self.text, self.pos)
         if found is not None:
@@ -388,8 +388,9 @@ class _Text:
             else:
                 partial = line
         if not self._ended:
-            for line in _lines(self._stream, self._longest):
-                yield partial + line
+            for following in _lines(self._stream, self._longest):
+                # The window's unfinished line is the start of the stream's next one.
+                yield following if isinstance(following, _TooLong) else partial + following
                 partial = ""
         if partial:
             yield partial
@@ -402,10 +403,14 @@ class _TooLong(Exception):
         )
 
 
-def _lines(stream: Iterable[str], longest_string: int | None) -> Iterator[str]:
+#: A line of JSON Lines, or why one was not kept (a string too long in it).
+Line = str | _TooLong
+
+
+def _lines(stream: Iterable[str], longest_string: int | None) -> Iterator[Line]:
     """The stream's lines; with ``longest_string``, a line that holds a
-    longer string is read in pieces and given as a line that says so (its
-    text is not kept), so that no line is held whole beyond the bound."""
+    longer string is read in pieces and given as the ``_TooLong`` that says
+    so (its text is not kept), so that no line is held whole beyond the bound."""
     if longest_string is None:
         yield from stream
         return
@@ -418,33 +423,23 @@ def _lines(stream: Iterable[str], longest_string: int | None) -> Iterator[str]:
             yield piece
             continue
         pieces, scan = [piece], _ValueEnd(longest_string)
+        scan.depth = 1  # the line's value counted one level deeper: none of its brackets ends the scan
         try:
-            _strings_in(scan, piece)
+            scan.feed(piece)
             while not pieces[-1].endswith("\n"):
                 more: str = readline(_PIECE)
                 if not more:
                     break
                 pieces.append(more)
-                _strings_in(scan, more)
+                scan.feed(more)
         except _TooLong as too_long:
             while not pieces[-1].endswith("\n"):  # skip the rest of the line, unkept
                 pieces[-1] = readline(_PIECE)
                 if not pieces[-1]:
                     break
-            yield _TOO_LONG_LINE + json.dumps(str(too_long)) + "\n"
+            yield too_long
             continue
         yield "".join(pieces)
-
-
-def _strings_in(scan: _ValueEnd, piece: str) -> None:
-    """Scan ``piece`` of a line for its strings' lengths: the line's value is
-    counted one level deeper, so that no bracket of it ends the scan."""
-    scan.depth = max(scan.depth, 1)
-    scan.feed(piece)
-
-
-#: How ``_lines`` gives a line whose string is too long (no JSON value starts so).
-_TOO_LONG_LINE = "\x00too long: "
 
 
 class _ValueEnd:
@@ -548,20 +543,20 @@ def _items(text: _Text, source: str) -> Iterator[Record]:
         text.next_char()
 
 
-def _without_bom(lines: Iterable[str]) -> Iterator[str]:
+def _without_bom(lines: Iterable[Line]) -> Iterator[Line]:
     lines = iter(lines)
     first = next(lines, None)
     if first is not None:
-        yield first.removeprefix(_BOM)
+        yield first.removeprefix(_BOM) if isinstance(first, str) else first
         yield from lines
 
 
-def _json_lines(lines: Iterable[str], source: str, *, first_line: int) -> Iterator[Record]:
+def _json_lines(lines: Iterable[Line], source: str, *, first_line: int) -> Iterator[Record]:
     for number, line in enumerate(lines, start=first_line):
-        if not line.strip():
+        if isinstance(line, _TooLong):
+            yield Record(source, number, error=str(line))
             continue
-        if line.startswith(_TOO_LONG_LINE):
-            yield Record(source, number, error=json.loads(line[len(_TOO_LONG_LINE) :]))
+        if not line.strip():
             continue
         try:
             value = json.loads(line)

@@ -184,7 +184,7 @@ def files_of(names: Iterable[str]) -> list[str]:
 
 def _base_name(name: str) -> str:
     """A file's name without its folders (``/`` in a zip, the system's own on disk)."""
-    return os.path.basename(name.replace("\\", "/") if os.sep == "\\" else name).rsplit("/", 1)[-1]
+    return name.replace(os.sep, "/").rsplit("/", 1)[-1]
 
 
 def _natural(name: str) -> list[Any]:
