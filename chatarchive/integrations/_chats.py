@@ -1,18 +1,37 @@
-"""What the integrations share: a framework's session is one chat of the
-archive, created with its first messages for the session's user."""
+"""What the integrations share: one piece of work for both APIs, and a
+framework's session as one chat of the archive.
+
+A framework's store serves sync and async methods from one object, whichever
+archive it was given. Each thing an adapter does is written once, as *work*:
+a generator that yields the archive calls it needs (``yield from
+find(chat_id)``) and receives their results (or their errors, raised where it
+yielded). ``run`` carries work out and returns its result; ``arun`` awaits it.
+On a ``ChatArchive`` the sync methods call the archive directly and the async
+ones call it in a worker thread (as the SDKs' SQLite stores do); on an
+``AsyncChatArchive`` the async methods await it and the sync ones wait for its
+calls on an event loop of the integrations' own, in a thread of its own, so
+that they work inside a running loop too (which they then hold up, as any
+blocking call does).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+import asyncio
+import contextlib
+import os
+import threading
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 from chatarchive._api import AsyncChatArchive, ChatArchive
 from chatarchive._arguments import require_text
-from chatarchive._document import ChatDocument, Message
+from chatarchive._document import ChatDocument, ChatTree, Message
 from chatarchive._exceptions import ChatNotFound, ConflictError, InvalidArgument
 
-__all__ = ["SessionChat", "async_archive", "require_archive", "sync_archive"]
+__all__ = ["Call", "SessionChat", "Work", "arun", "call", "find", "require_archive", "run"]
+
+T = TypeVar("T")
 
 #: How often ``pop`` reads the last message again when another writer changed
 #: the chat between its read and its cut.
@@ -27,18 +46,126 @@ def require_archive(archive: object) -> None:
         )
 
 
-def sync_archive(archive: ChatArchive | AsyncChatArchive) -> ChatArchive:
-    """The archive, for the sync methods."""
-    if not isinstance(archive, ChatArchive):
-        raise InvalidArgument("an AsyncChatArchive takes the async methods", argument="archive")
-    return archive
+# -- work, carried out on either archive ------------------------------------------------------
 
 
-def async_archive(archive: ChatArchive | AsyncChatArchive) -> AsyncChatArchive:
-    """The archive, for the async methods."""
-    if not isinstance(archive, AsyncChatArchive):
-        raise InvalidArgument("a ChatArchive takes the sync methods", argument="archive")
-    return archive
+@dataclass(frozen=True)
+class Call:
+    """One call of an archive operation (``name`` with its arguments); with
+    ``together``, several calls in one transaction (their results, a list)."""
+
+    name: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    together: tuple[Call, ...] = ()
+
+
+#: Work that ends with a ``T``: a generator of the calls it needs.
+Work = Generator[Call, Any, T]
+
+
+def call(name: str, *args: Any, **kwargs: Any) -> Work[Any]:
+    """The result of the archive operation ``name(*args, **kwargs)``."""
+    return (yield Call(name, args, kwargs))
+
+
+def together(*calls: Call) -> Work[list[Any]]:
+    """The results of ``calls``, made in one transaction."""
+    return cast(list[Any], (yield Call("transaction", together=calls)))
+
+
+def find(chat_id: str) -> Work[ChatDocument | None]:
+    """The chat's active path (``None``: no such chat)."""
+    return cast(ChatDocument | None, (yield from call("find", chat_id)))
+
+
+def get_tree(chat_id: str) -> Work[ChatTree | None]:
+    """The chat's whole tree (``None``: no such chat)."""
+    try:
+        return cast(ChatTree, (yield from call("get_tree", chat_id)))
+    except ChatNotFound:
+        return None
+
+
+def run(archive: ChatArchive | AsyncChatArchive, work: Work[T]) -> T:
+    """Carry ``work`` out on ``archive``; its result."""
+    sent: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            request = work.send(sent) if error is None else work.throw(error)
+        except StopIteration as done:
+            return cast(T, done.value)
+        sent, error = None, None
+        try:
+            sent = _called(archive, request)
+        except Exception as exc:  # raised in the work, where it made the call
+            error = exc
+
+
+async def arun(archive: ChatArchive | AsyncChatArchive, work: Work[T]) -> T:
+    """``run``, awaited."""
+    sent: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            request = work.send(sent) if error is None else work.throw(error)
+        except StopIteration as done:
+            return cast(T, done.value)
+        sent, error = None, None
+        try:
+            sent = await _awaited(archive, request)
+        except Exception as exc:
+            error = exc
+
+
+def _called(archive: ChatArchive | AsyncChatArchive, request: Call) -> Any:
+    if isinstance(archive, AsyncChatArchive):
+        return _on_own_loop(_awaited(archive, request))
+    if not request.together:
+        return getattr(archive, request.name)(*request.args, **request.kwargs)
+    with archive.transaction() as repository:
+        return [getattr(repository, one.name)(*one.args, **one.kwargs) for one in request.together]
+
+
+async def _awaited(archive: ChatArchive | AsyncChatArchive, request: Call) -> Any:
+    if isinstance(archive, ChatArchive):
+        return await asyncio.to_thread(_called, archive, request)
+    if not request.together:
+        return await getattr(archive, request.name)(*request.args, **request.kwargs)
+    async with archive.transaction() as repository:
+        return [await getattr(repository, one.name)(*one.args, **one.kwargs) for one in request.together]
+
+
+# The sync methods' event loop for an AsyncChatArchive: one for the process,
+# started with the first such call, in a daemon thread.
+_LOOP: asyncio.AbstractEventLoop | None = None
+_LOOP_LOCK = threading.Lock()
+
+
+def _on_own_loop(coroutine: Any) -> Any:
+    """Wait for ``coroutine`` to run on the integrations' event loop."""
+    global _LOOP
+    with _LOOP_LOCK:
+        if _LOOP is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="chatarchive-integrations", daemon=True).start()
+            _LOOP = loop
+        loop = _LOOP
+    return asyncio.run_coroutine_threadsafe(coroutine, loop).result()
+
+
+def _forget_loop() -> None:
+    """In a forked child the loop's thread is gone: the next call starts another."""
+    global _LOOP
+    _LOOP = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_loop)
+
+
+# -- a session's chat ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -55,38 +182,18 @@ class SessionChat:
         require_archive(self.archive)
         require_text(self.chat_id, "chat_id")
 
-    def sync(self) -> ChatArchive:
-        return sync_archive(self.archive)
-
-    def asynchronous(self) -> AsyncChatArchive:
-        return async_archive(self.archive)
-
-    def add(self, messages: Sequence[Mapping[str, Any]]) -> None:
+    def add(self, messages: Sequence[Mapping[str, Any]]) -> Work[None]:
         """Append ``messages`` to the chat, creating it if it does not exist
         (no messages: nothing to do, no chat made)."""
-        archive = self.sync()
         if not messages:
             return
         try:
-            archive.append(self.chat_id, messages)
+            yield from call("append", self.chat_id, messages)
         except ChatNotFound:
             try:
-                archive.save(self._new(messages), expected_version=0)
+                yield from call("save", self._new(messages), expected_version=0)
             except ConflictError:  # created meanwhile: append after what it holds
-                archive.append(self.chat_id, messages)
-
-    async def aadd(self, messages: Sequence[Mapping[str, Any]]) -> None:
-        """``add``, on an ``AsyncChatArchive``."""
-        archive = self.asynchronous()
-        if not messages:
-            return
-        try:
-            await archive.append(self.chat_id, messages)
-        except ChatNotFound:
-            try:
-                await archive.save(self._new(messages), expected_version=0)
-            except ConflictError:
-                await archive.append(self.chat_id, messages)
+                yield from call("append", self.chat_id, messages)
 
     def _new(self, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         chat: dict[str, Any] = {"chat_id": self.chat_id, "messages": list(messages)}
@@ -96,44 +203,30 @@ class SessionChat:
             chat["metadata"] = dict(self.metadata)
         return chat
 
-    def pop(self) -> Message | None:
+    def pop(self) -> Work[Message | None]:
         """Delete the chat's last message and return it (``None``: there is
         none). The read and the cut are one version apart, so that of two
         callers popping at once each gets a message of its own."""
-        archive = self.sync()
         for _ in range(_POP_ATTEMPTS):
+            document = yield from find(self.chat_id)
+            if document is None or not document.messages:
+                return None
             try:
-                popped = _last(archive.get(self.chat_id))
-                if popped is None:
-                    return None
-                archive.truncate(self.chat_id, popped[0], expected_version=popped[1], delete=True)
+                yield from call(
+                    "truncate",
+                    self.chat_id,
+                    len(document.messages) - 1,
+                    expected_version=document.version,
+                    delete=True,
+                )
             except ChatNotFound:
                 return None
             except ConflictError:  # another writer came first: read the last message again
                 continue
-            return popped[2]
+            return document.messages[-1]
         raise ConflictError(f"chat {self.chat_id!r} kept changing; no message was popped")
 
-    async def apop(self) -> Message | None:
-        """``pop``, on an ``AsyncChatArchive``."""
-        archive = self.asynchronous()
-        for _ in range(_POP_ATTEMPTS):
-            try:
-                popped = _last(await archive.get(self.chat_id))
-                if popped is None:
-                    return None
-                await archive.truncate(self.chat_id, popped[0], expected_version=popped[1], delete=True)
-            except ChatNotFound:
-                return None
-            except ConflictError:
-                continue
-            return popped[2]
-        raise ConflictError(f"chat {self.chat_id!r} kept changing; no message was popped")
-
-
-def _last(document: ChatDocument) -> tuple[int, int | None, Message] | None:
-    """What popping the document's last message takes: how many messages stay,
-    the version read, and the message (``None``: no messages)."""
-    if not document.messages:
-        return None
-    return len(document.messages) - 1, document.version, document.messages[-1]
+    def delete(self) -> Work[None]:
+        """Delete the chat, if there is one."""
+        with contextlib.suppress(ChatNotFound):
+            yield from call("delete", self.chat_id)

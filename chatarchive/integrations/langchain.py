@@ -24,7 +24,6 @@ Examples:
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,10 +31,9 @@ from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
 
 from chatarchive._api import AsyncChatArchive, ChatArchive
-from chatarchive._exceptions import ChatNotFound
 from chatarchive.formats import langchain as langchain_format
 
-from ._chats import SessionChat
+from ._chats import SessionChat, Work, arun, find, run
 
 __all__ = ["ChatArchiveMessageHistory"]
 
@@ -45,8 +43,9 @@ class ChatArchiveMessageHistory(BaseChatMessageHistory):
     first message added) as LangChain's message history.
 
     Args:
-        archive: a ``ChatArchive``, or an ``AsyncChatArchive`` for the async
-            methods (``aget_messages``, ``aadd_messages``, ``aclear``).
+        archive: a ``ChatArchive`` or an ``AsyncChatArchive``; either serves
+            the sync methods (``messages``, ``add_messages``, ``clear``) and
+            the async ones (``aget_messages``, ``aadd_messages``, ``aclear``).
         chat_id: the chat.
         user_id: the chat's user, when it is created.
     """
@@ -62,30 +61,28 @@ class ChatArchiveMessageHistory(BaseChatMessageHistory):
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """The chat's active path, as LangChain messages."""
-        document = self._chat.sync().find(self.chat_id)
-        if document is None:
-            return []
-        return messages_from_dict(langchain_format.from_document(document))
+        return run(self.archive, self._messages())
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        self._chat.add(_stored(messages))
+        run(self.archive, self._chat.add(_stored(messages)))
 
     def clear(self) -> None:
-        with contextlib.suppress(ChatNotFound):
-            self._chat.sync().delete(self.chat_id)
+        run(self.archive, self._chat.delete())
 
     async def aget_messages(self) -> list[BaseMessage]:
-        document = await self._chat.asynchronous().find(self.chat_id)
+        return await arun(self.archive, self._messages())
+
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        await arun(self.archive, self._chat.add(_stored(messages)))
+
+    async def aclear(self) -> None:
+        await arun(self.archive, self._chat.delete())
+
+    def _messages(self) -> Work[list[BaseMessage]]:
+        document = yield from find(self.chat_id)
         if document is None:
             return []
         return messages_from_dict(langchain_format.from_document(document))
-
-    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        await self._chat.aadd(_stored(messages))
-
-    async def aclear(self) -> None:
-        with contextlib.suppress(ChatNotFound):
-            await self._chat.asynchronous().delete(self.chat_id)
 
 
 def _stored(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:

@@ -29,7 +29,6 @@ Examples:
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -39,10 +38,10 @@ from pydantic import PrivateAttr
 
 from chatarchive._api import AsyncChatArchive, ChatArchive
 from chatarchive._document import ChatDocument, ChatFilter, Message
-from chatarchive._exceptions import ChatNotFound, ConflictError
+from chatarchive._exceptions import ConflictError
 from chatarchive.formats import llama_index as llama_index_format
 
-from ._chats import SessionChat, async_archive, require_archive, sync_archive
+from ._chats import SessionChat, Work, arun, call, find, require_archive, run
 
 __all__ = ["ChatArchiveChatStore"]
 
@@ -54,9 +53,9 @@ _ATTEMPTS = 5
 
 
 class ChatArchiveChatStore(BaseChatStore):
-    """A ``BaseChatStore`` whose keys are chats of an archive: a
-    ``ChatArchive`` for the sync methods, an ``AsyncChatArchive`` for the
-    async ones. Make one with ``from_archive``."""
+    """A ``BaseChatStore`` whose keys are chats of an archive, a
+    ``ChatArchive`` or an ``AsyncChatArchive``: either serves the sync
+    methods and the async ones. Make one with ``from_archive``."""
 
     user_id: str | None = None
     _archive: ChatArchive | AsyncChatArchive = PrivateAttr()
@@ -75,126 +74,101 @@ class ChatArchiveChatStore(BaseChatStore):
     def class_name(cls) -> str:
         return "ChatArchiveChatStore"
 
-    def _where(self) -> ChatFilter | None:
-        return ChatFilter(user_id=self.user_id) if self.user_id is not None else None
-
     # -- sync --------------------------------------------------------------------------
 
-    def _document(self, key: str) -> ChatDocument | None:
-        return sync_archive(self._archive).find(key)
+    def set_messages(self, key: str, messages: list[ChatMessage]) -> None:
+        """Replace the key's messages (the chat keeps its other fields)."""
+        run(self._archive, self._rewrite(key, _replace(_stored(messages))))
 
-    def _rewrite(self, key: str, change: Change) -> list[dict[str, Any]]:
+    def get_messages(self, key: str) -> list[ChatMessage]:
+        return run(self._archive, self._messages(key))
+
+    def add_message(self, key: str, message: ChatMessage, idx: int | None = None) -> None:
+        """Append a message (or insert it at ``idx``)."""
+        run(self._archive, self._add(key, message, idx))
+
+    def delete_messages(self, key: str) -> list[ChatMessage] | None:
+        """Delete the key's chat; returns its messages (``None``: no such key)."""
+        return run(self._archive, self._delete(key))
+
+    def delete_message(self, key: str, idx: int) -> ChatMessage | None:
+        """Delete the key's message at ``idx``; returns it (``None``: none there)."""
+        return _one(run(self._archive, self._rewrite(key, _pop(idx))))
+
+    def delete_last_message(self, key: str) -> ChatMessage | None:
+        """Delete the key's last message; returns it (``None``: there is none)."""
+        return _popped(run(self._archive, SessionChat(self._archive, key).pop()))
+
+    def get_keys(self) -> list[str]:
+        """The chats of the store's user (every chat, for a store without one)."""
+        return run(self._archive, self._keys())
+
+    # -- async -------------------------------------------------------------------------
+
+    async def aset_messages(self, key: str, messages: list[ChatMessage]) -> None:
+        await arun(self._archive, self._rewrite(key, _replace(_stored(messages))))
+
+    async def aget_messages(self, key: str) -> list[ChatMessage]:
+        return await arun(self._archive, self._messages(key))
+
+    async def async_add_message(self, key: str, message: ChatMessage, idx: int | None = None) -> None:
+        await arun(self._archive, self._add(key, message, idx))
+
+    async def adelete_messages(self, key: str) -> list[ChatMessage] | None:
+        return await arun(self._archive, self._delete(key))
+
+    async def adelete_message(self, key: str, idx: int) -> ChatMessage | None:
+        return _one(await arun(self._archive, self._rewrite(key, _pop(idx))))
+
+    async def adelete_last_message(self, key: str) -> ChatMessage | None:
+        return _popped(await arun(self._archive, SessionChat(self._archive, key).pop()))
+
+    async def aget_keys(self) -> list[str]:
+        return await arun(self._archive, self._keys())
+
+    # -- the work of both ----------------------------------------------------------------
+
+    def _messages(self, key: str) -> Work[list[ChatMessage]]:
+        return _messages((yield from find(key)))
+
+    def _add(self, key: str, message: ChatMessage, idx: int | None) -> Work[None]:
+        if idx is None:
+            yield from SessionChat(self._archive, key, self.user_id).add(_stored([message]))
+        else:
+            yield from self._rewrite(key, _insert(idx, _stored([message])))
+
+    def _delete(self, key: str) -> Work[list[ChatMessage] | None]:
+        document = yield from find(key)
+        if document is None:
+            return None
+        yield from SessionChat(self._archive, key).delete()
+        return _messages(document)
+
+    def _keys(self) -> Work[list[str]]:
+        where = ChatFilter(user_id=self.user_id) if self.user_id is not None else None
+        keys: list[str] = []
+        while page := (
+            yield from call("chat_ids", where, after=keys[-1] if keys else None, limit=_KEYS_PAGE)
+        ):
+            keys.extend(page)
+        return keys
+
+    def _rewrite(self, key: str, change: Change) -> Work[list[dict[str, Any]]]:
         """Save the key's chat with its messages changed by ``change`` (in
         place); returns what ``change`` returned."""
-        archive = sync_archive(self._archive)
         for _ in range(_ATTEMPTS):
-            document = self._document(key)
+            document = yield from find(key)
             messages = _listed(document)
             result = change(messages)
             if result is None:
                 return []
             chat, version = self._saved(key, document, messages)
             try:
-                archive.save(chat, expected_version=version)
+                yield from call("save", chat, expected_version=version)
             except ConflictError:  # another writer changed the chat meanwhile: again
                 continue
             return result
         raise ConflictError(f"chat {key!r} kept changing; it was not changed")
-
-    def set_messages(self, key: str, messages: list[ChatMessage]) -> None:
-        """Replace the key's messages (the chat keeps its other fields)."""
-        self._rewrite(key, _replace(_stored(messages)))
-
-    def get_messages(self, key: str) -> list[ChatMessage]:
-        return _messages(self._document(key))
-
-    def add_message(self, key: str, message: ChatMessage, idx: int | None = None) -> None:
-        """Append a message (or insert it at ``idx``)."""
-        if idx is None:
-            SessionChat(self._archive, key, self.user_id).add(_stored([message]))
-        else:
-            self._rewrite(key, _insert(idx, _stored([message])))
-
-    def delete_messages(self, key: str) -> list[ChatMessage] | None:
-        """Delete the key's chat; returns its messages (``None``: no such key)."""
-        document = self._document(key)
-        if document is None:
-            return None
-        with contextlib.suppress(ChatNotFound):
-            sync_archive(self._archive).delete(key)
-        return _messages(document)
-
-    def delete_message(self, key: str, idx: int) -> ChatMessage | None:
-        """Delete the key's message at ``idx``; returns it (``None``: none there)."""
-        return _one(self._rewrite(key, _pop(idx)))
-
-    def delete_last_message(self, key: str) -> ChatMessage | None:
-        """Delete the key's last message; returns it (``None``: there is none)."""
-        return _popped(SessionChat(self._archive, key).pop())
-
-    def get_keys(self) -> list[str]:
-        """The chats of the store's user (every chat, for a store without one)."""
-        archive = sync_archive(self._archive)
-        keys: list[str] = []
-        while page := archive.chat_ids(self._where(), after=keys[-1] if keys else None, limit=_KEYS_PAGE):
-            keys.extend(page)
-        return keys
-
-    # -- async -------------------------------------------------------------------------
-
-    async def _adocument(self, key: str) -> ChatDocument | None:
-        return await async_archive(self._archive).find(key)
-
-    async def _arewrite(self, key: str, change: Change) -> list[dict[str, Any]]:
-        archive = async_archive(self._archive)
-        for _ in range(_ATTEMPTS):
-            document = await self._adocument(key)
-            messages = _listed(document)
-            result = change(messages)
-            if result is None:
-                return []
-            chat, version = self._saved(key, document, messages)
-            try:
-                await archive.save(chat, expected_version=version)
-            except ConflictError:
-                continue
-            return result
-        raise ConflictError(f"chat {key!r} kept changing; it was not changed")
-
-    async def aset_messages(self, key: str, messages: list[ChatMessage]) -> None:
-        await self._arewrite(key, _replace(_stored(messages)))
-
-    async def aget_messages(self, key: str) -> list[ChatMessage]:
-        return _messages(await self._adocument(key))
-
-    async def async_add_message(self, key: str, message: ChatMessage, idx: int | None = None) -> None:
-        if idx is None:
-            await SessionChat(self._archive, key, self.user_id).aadd(_stored([message]))
-        else:
-            await self._arewrite(key, _insert(idx, _stored([message])))
-
-    async def adelete_messages(self, key: str) -> list[ChatMessage] | None:
-        document = await self._adocument(key)
-        if document is None:
-            return None
-        with contextlib.suppress(ChatNotFound):
-            await async_archive(self._archive).delete(key)
-        return _messages(document)
-
-    async def adelete_message(self, key: str, idx: int) -> ChatMessage | None:
-        return _one(await self._arewrite(key, _pop(idx)))
-
-    async def adelete_last_message(self, key: str) -> ChatMessage | None:
-        return _popped(await SessionChat(self._archive, key).apop())
-
-    async def aget_keys(self) -> list[str]:
-        archive = async_archive(self._archive)
-        keys: list[str] = []
-        while page := await archive.chat_ids(
-            self._where(), after=keys[-1] if keys else None, limit=_KEYS_PAGE
-        ):
-            keys.extend(page)
-        return keys
 
     def _saved(
         self, key: str, document: ChatDocument | None, messages: list[dict[str, Any]]

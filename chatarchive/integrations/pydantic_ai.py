@@ -24,7 +24,6 @@ Examples:
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,10 +31,9 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from chatarchive._api import AsyncChatArchive, ChatArchive
 from chatarchive._document import ChatDocument
-from chatarchive._exceptions import ChatNotFound
 from chatarchive.formats import pydantic_ai as pydantic_ai_format
 
-from ._chats import SessionChat
+from ._chats import SessionChat, Work, arun, find, run
 
 __all__ = ["ChatArchiveHistory"]
 
@@ -45,8 +43,8 @@ class ChatArchiveHistory:
     with ``metadata``, with the first messages added).
 
     Args:
-        archive: a ``ChatArchive``, or an ``AsyncChatArchive`` for the async
-            methods (``aload``, ``aadd``, ``aclear``).
+        archive: a ``ChatArchive`` or an ``AsyncChatArchive``; either serves
+            the sync methods and the async ones (``aload``, ``aadd``, ``aclear``).
         chat_id: the chat.
         user_id: the chat's user, when it is created.
         metadata: the chat's metadata, when it is created.
@@ -65,28 +63,28 @@ class ChatArchiveHistory:
 
     def load(self) -> list[ModelMessage]:
         """The chat's active path as Pydantic AI messages ([] for no chat)."""
-        document = self._chat.sync().find(self.chat_id)
-        return [] if document is None else _messages(document)
+        return run(self._chat.archive, self._load())
 
     def add(self, messages: Sequence[ModelMessage]) -> None:
         """Append messages (``result.new_messages()``) to the chat."""
-        self._chat.add(_stored(messages))
+        run(self._chat.archive, self._chat.add(_stored(messages)))
 
     def clear(self) -> None:
         """Delete the chat."""
-        with contextlib.suppress(ChatNotFound):
-            self._chat.sync().delete(self.chat_id)
+        run(self._chat.archive, self._chat.delete())
 
     async def aload(self) -> list[ModelMessage]:
-        document = await self._chat.asynchronous().find(self.chat_id)
-        return [] if document is None else _messages(document)
+        return await arun(self._chat.archive, self._load())
 
     async def aadd(self, messages: Sequence[ModelMessage]) -> None:
-        await self._chat.aadd(_stored(messages))
+        await arun(self._chat.archive, self._chat.add(_stored(messages)))
 
     async def aclear(self) -> None:
-        with contextlib.suppress(ChatNotFound):
-            await self._chat.asynchronous().delete(self.chat_id)
+        await arun(self._chat.archive, self._chat.delete())
+
+    def _load(self) -> Work[list[ModelMessage]]:
+        document = yield from find(self.chat_id)
+        return [] if document is None else _messages(document)
 
 
 def _messages(document: ChatDocument) -> list[ModelMessage]:

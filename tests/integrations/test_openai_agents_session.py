@@ -25,7 +25,7 @@ from openai.types.responses.response_reasoning_item import Summary
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from chatarchive import AsyncChatArchive, ChatArchive, ChatNotFound, InvalidArgument
+from chatarchive import AsyncChatArchive, ChatArchive, ChatNotFound
 from chatarchive._schema import metadata
 from chatarchive.integrations.openai_agents import ChatArchiveSession
 from tests.support.samples import format_sample
@@ -212,31 +212,6 @@ def test_pop_item_and_clear_session(archive: ChatArchive) -> None:
     asyncio.run(run())
     with pytest.raises(ChatNotFound):
         archive.get("pop")
-
-
-def test_a_branch_from_an_earlier_turn_keeps_the_turns_that_followed(archive: ChatArchive) -> None:
-    session = ChatArchiveSession("branching", archive)
-    first: list[Any] = [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"}]
-    second: list[Any] = [{"role": "user", "content": "Q2"}, {"role": "assistant", "content": "A2"}]
-    other: list[Any] = [{"role": "user", "content": "Q2 again"}, {"role": "assistant", "content": "A2'"}]
-
-    async def run() -> None:
-        await session.add_items(first + second)
-        await session.create_branch_from_turn(2)
-        assert await session.get_items() == first
-        await session.add_items(other)
-        assert await session.get_items() == first + other
-        branches = await session.list_branches()
-        assert [(b.items, b.active) for b in branches] == [(4, False), (4, True)]
-        await session.switch_to_branch(branches[0].leaf)
-        assert await session.get_items() == first + second
-        await session.create_branch_from_turn(1)
-        assert await session.get_items() == []
-        with pytest.raises(InvalidArgument, match="there is no turn 3"):
-            await session.create_branch_from_turn(3)
-
-    asyncio.run(run())
-    assert len(archive.get_tree("branching").messages) == 6  # nothing was deleted
 
 
 def test_the_session_runs_on_an_async_archive(async_engine: AsyncEngine, runner: asyncio.Runner) -> None:
