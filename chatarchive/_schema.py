@@ -20,6 +20,7 @@ from sqlalchemy import (
     ForeignKeyConstraint,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     Table,
     UniqueConstraint,
@@ -41,6 +42,9 @@ __all__ = [
     "VERSION_TABLE",
     "Base",
     "ChatRow",
+    "CheckpointBlobRow",
+    "CheckpointRow",
+    "CheckpointWriteRow",
     "ChunkRow",
     "ContentPartRow",
     "FeedbackRow",
@@ -68,7 +72,7 @@ NAMING_CONVENTION = {
 
 #: The Alembic revision these models correspond to (a test keeps it equal to
 #: the newest migration).
-SCHEMA_REVISION = "0013"
+SCHEMA_REVISION = "0014"
 
 #: chatarchive's own Alembic version table, so that an application using Alembic
 #: for its own tables can share the database.
@@ -351,6 +355,70 @@ class ChunkRow(Base):
     )
 
 
+class CheckpointRow(Base):
+    """A checkpoint of a graph's thread (the chat ``chat_id``): the state of
+    the graph at one step, serialized by the graph's serializer without its
+    channels' values, which are rows of ``checkpoint_blobs``."""
+
+    __tablename__ = "checkpoints"
+
+    chat_id: Mapped[str] = mapped_column(_chat_fk(), primary_key=True)
+    checkpoint_ns: Mapped[str] = mapped_column(primary_key=True)
+    checkpoint_id: Mapped[str] = mapped_column(primary_key=True)
+    parent_checkpoint_id: Mapped[str | None]
+    run_id: Mapped[str | None]
+    type: Mapped[str]
+    checkpoint: Mapped[bytes] = mapped_column(LargeBinary())
+    metadata_type: Mapped[str]
+    metadata_: Mapped[bytes] = mapped_column("metadata", LargeBinary())
+    channel_versions: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+
+    chat_user_id: Mapped[str | None]
+
+    __table_args__ = (Index(None, "run_id"),)
+
+
+class CheckpointBlobRow(Base):
+    """The value of one channel of a thread at one version: serialized, or,
+    for a channel of messages, the message ending its path in the chat."""
+
+    __tablename__ = "checkpoint_blobs"
+
+    chat_id: Mapped[str] = mapped_column(_chat_fk(), primary_key=True)
+    checkpoint_ns: Mapped[str] = mapped_column(primary_key=True)
+    channel: Mapped[str] = mapped_column(primary_key=True)
+    version: Mapped[str] = mapped_column(primary_key=True)
+    type: Mapped[str]
+    blob: Mapped[bytes | None] = mapped_column(LargeBinary())
+    message_uid: Mapped[str | None]
+
+    chat_user_id: Mapped[str | None]
+
+    __table_args__ = (
+        # A message a checkpoint holds is not deleted from under it.
+        ForeignKeyConstraint(["chat_id", "message_uid"], ["messages.chat_id", "messages.uid"]),
+    )
+
+
+class CheckpointWriteRow(Base):
+    """A write of a task to a channel, pending at a checkpoint."""
+
+    __tablename__ = "checkpoint_writes"
+
+    chat_id: Mapped[str] = mapped_column(_chat_fk(), primary_key=True)
+    checkpoint_ns: Mapped[str] = mapped_column(primary_key=True)
+    checkpoint_id: Mapped[str] = mapped_column(primary_key=True)
+    task_id: Mapped[str] = mapped_column(primary_key=True)
+    idx: Mapped[int] = mapped_column(primary_key=True)
+    channel: Mapped[str]
+    type: Mapped[str]
+    blob: Mapped[bytes] = mapped_column(LargeBinary())
+    task_path: Mapped[str]
+
+    chat_user_id: Mapped[str | None]
+
+
 class SettingRow(Base):
     """The archive's settings, by name (its search configuration)."""
 
@@ -374,6 +442,15 @@ TABLE_COMMENTS = {
     "feedback": "Human feedback on a chat, or on one of its messages.",
     "message_chunks": "Streamed pieces of messages still being written; folded in when complete.",
     "archive_settings": "The archive's settings (its search configuration), by name.",
+    "checkpoints": (
+        "Checkpoints of graphs' threads (LangGraph): the graph's state at a step, serialized without its "
+        "channels' values."
+    ),
+    "checkpoint_blobs": (
+        "Values of a thread's channels by version: serialized, or the last message of a path for a "
+        "channel of messages."
+    ),
+    "checkpoint_writes": "Writes of tasks to channels, pending at a checkpoint.",
 }
 CHAT_USER_COMMENT = (
     "The chat's user (chats.user_id), kept in step with it: what row-level security reads "
@@ -471,6 +548,42 @@ COLUMN_COMMENTS = {
         "text": "The chunk's text.",
         "chat_user_id": CHAT_USER_COMMENT,
     },
+    "checkpoints": {
+        "chat_id": "The thread's chat.",
+        "checkpoint_ns": "The graph's namespace ('' for the root graph).",
+        "checkpoint_id": "The checkpoint's id, increasing with time.",
+        "parent_checkpoint_id": "The checkpoint this one follows (null: the thread's first).",
+        "run_id": "The run that made the checkpoint.",
+        "type": "How checkpoint is serialized (the graph serializer's type).",
+        "checkpoint": "The checkpoint without its channels' values, serialized.",
+        "metadata_type": "How metadata is serialized.",
+        "metadata": "The checkpoint's metadata (source, step, ...), serialized.",
+        "channel_versions": "The version of each channel at the checkpoint (JSON object of text).",
+        "created_at": "When the checkpoint was stored.",
+        "chat_user_id": CHAT_USER_COMMENT,
+    },
+    "checkpoint_blobs": {
+        "chat_id": "The thread's chat.",
+        "checkpoint_ns": "The graph's namespace.",
+        "channel": "The channel.",
+        "version": "The channel's version (as text).",
+        "type": "How blob is serialized; 'chatarchive:messages' for messages kept as the chat's rows.",
+        "blob": "The serialized value (null for messages kept as rows, or an empty channel).",
+        "message_uid": "For messages kept as rows: the uid of their path's last message (null: none).",
+        "chat_user_id": CHAT_USER_COMMENT,
+    },
+    "checkpoint_writes": {
+        "chat_id": "The thread's chat.",
+        "checkpoint_ns": "The graph's namespace.",
+        "checkpoint_id": "The checkpoint the write is pending at.",
+        "task_id": "The task that wrote.",
+        "idx": "The write's place among the task's writes (negative for special channels).",
+        "channel": "The channel written.",
+        "type": "How blob is serialized.",
+        "blob": "The value written, serialized.",
+        "task_path": "The task's path in the graph.",
+        "chat_user_id": CHAT_USER_COMMENT,
+    },
     "feedback": {
         "chat_id": "The chat.",
         "id": "The feedback item's id.",
@@ -505,6 +618,9 @@ class Tables:
     feedback: Table
     message_chunks: Table
     archive_settings: Table
+    checkpoints: Table
+    checkpoint_blobs: Table
+    checkpoint_writes: Table
 
 
 #: The archive's tables (``tables.chats``, ``tables.messages``...).

@@ -84,10 +84,16 @@ def insert_messages(unit: Unit, /, rows: MessageRows) -> None:
     unit.insert(tables.tool_calls, rows.tool_calls)
 
 
-def delete_children(unit: Unit, /, chat_filter: Any) -> None:
-    """Delete the rows of every chat ``chat_filter`` selects, but the chats' own."""
+#: A graph thread's checkpoints, which hold messages of its chat (children first).
+_CHECKPOINT_TABLES = (tables.checkpoint_writes, tables.checkpoint_blobs, tables.checkpoints)
+
+
+def delete_children(unit: Unit, /, chat_filter: Any, *, replacing: bool = False) -> None:
+    """Delete the rows of every chat ``chat_filter`` selects, but the chats'
+    own. ``replacing``: the chats' messages only, for new ones; checkpoints
+    stay, and one holding a message refuses its deletion."""
     selected = select(tables.chats.c.chat_id).where(chat_filter).scalar_subquery()
-    for table in _CHILD_TABLES:
+    for table in _CHILD_TABLES if replacing else (*_CHECKPOINT_TABLES, *_CHILD_TABLES):
         unit.execute(delete_rows(table).where(table.c.chat_id.in_(selected)))
 
 

@@ -151,7 +151,7 @@ def save(unit: Unit, /, doc: ChatDocument | Mapping[str, Any], *, expected_versi
                 if not unit.backend.create_chat(unit.executor, rows.chat):
                     continue  # another writer created the chat after the lock found none: replace it
             else:
-                delete_children(unit, tables.chats.c.chat_id == doc.chat_id)
+                delete_children(unit, tables.chats.c.chat_id == doc.chat_id, replacing=True)
                 unit.execute(
                     update_rows(tables.chats)
                     .where(tables.chats.c.chat_id == doc.chat_id)

@@ -11,6 +11,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.base import empty_checkpoint
 from sqlalchemy import URL, Engine, event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
@@ -32,6 +34,7 @@ from chatarchive import (
 from chatarchive._backends import database_errors
 from chatarchive._repository import chat_rows, writes
 from chatarchive._schema import SEARCH_TERMS, metadata
+from chatarchive.integrations.langgraph import ChatArchiveSaver
 from tests.support.chats import snapshot, tool_chat
 
 
@@ -341,7 +344,16 @@ def test_every_table_is_emptied_by_erasure(archive: ChatArchive, engine: Engine)
         [tool_chat(f"c{n}", user_id="gone", tags=["t"], feedback=[{"score": 1}]) for n in range(3)]
     )
     archive.save(tool_chat("other", user_id="stays"))
-    assert archive.delete_user("gone") == 3
+    # A LangGraph thread of the user's: its checkpoints, channels and pending writes are rows too.
+    saver = ChatArchiveSaver(archive.for_user("gone"))
+    config = saver.put(
+        {"configurable": {"thread_id": "c-thread", "checkpoint_ns": ""}},
+        {**empty_checkpoint(), "channel_values": {"messages": [HumanMessage("Hi")], "notes": "n"}},
+        {"source": "input", "step": -1},
+        {"messages": "1", "notes": "1"},
+    )
+    saver.put_writes(config, [("notes", "more")], "task-1")
+    assert archive.delete_user("gone") == 4
     with engine.connect() as connection:
         remaining = {
             name: connection.execute(
