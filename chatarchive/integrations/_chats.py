@@ -149,7 +149,9 @@ def _on_own_loop(coroutine: Any) -> Any:
     with _LOOP_LOCK:
         if _LOOP is None:
             loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="chatarchive-integrations", daemon=True).start()
+            threading.Thread(
+                target=loop.run_forever, name="chatarchive.integrations event loop", daemon=True
+            ).start()
             _LOOP = loop
         loop = _LOOP
     return asyncio.run_coroutine_threadsafe(coroutine, loop).result()

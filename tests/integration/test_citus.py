@@ -181,6 +181,9 @@ def test_distribute_moves_stored_chats_records_it_and_is_idempotent(citus_url: U
             "message_chunks",
             "tool_calls",
             "message_terms",
+            "checkpoints",
+            "checkpoint_blobs",
+            "checkpoint_writes",
         }
 
 

@@ -365,6 +365,9 @@ def test_save_replaces_the_whole_chat(repo: ChatRepository, session: Session) ->
         "tool_calls": 0,
         "feedback": 0,
         "message_chunks": 0,
+        "checkpoints": 0,
+        "checkpoint_blobs": 0,
+        "checkpoint_writes": 0,
     }
 
 
