@@ -39,6 +39,7 @@ __all__ = [
     "SCHEMA_REVISION",
     "SEARCH_OBJECTS",
     "SEARCH_TERMS",
+    "TAIL_START",
     "VERSION_TABLE",
     "Base",
     "ChatRow",
@@ -60,6 +61,7 @@ __all__ = [
     "metadata",
     "one_of_ours",
     "tables",
+    "tail_filter",
 ]
 
 NAMING_CONVENTION = {
@@ -671,6 +673,35 @@ def active_path_filter(table: str, chat: str = "x.chat_id") -> str:
     active path; ``chat``: the chat's id (a parameter, for a read that names
     the chat in every part)."""
     return _ON_ACTIVE_PATH[table].format(chat=chat)
+
+
+#: Which rows of each child table (alias ``x``) belong to the messages from
+#: position ``{cut}`` on: the tail of a path (``tail_filter``).
+_FROM_POSITION: dict[str, str] = {
+    "messages": "x.position >= {cut}",
+    "content_parts": "x.message_position >= {cut}",
+    "tool_calls": "x.message_position >= {cut}",
+    "message_chunks": "x.message_position >= {cut}",
+    "feedback": (
+        "(x.message_uid IS NULL OR EXISTS (SELECT 1 FROM messages m WHERE m.chat_id = {chat} "
+        "AND m.uid = x.message_uid AND m.position >= {cut}))"
+    ),
+}
+
+
+def tail_filter(table: str, cut: str, chat: str = "x.chat_id") -> str:
+    """The SQL condition of the rows of ``table`` (alias ``x``, one of
+    ``ON_ACTIVE_PATH``) that belong to the messages from position ``cut`` (an
+    SQL expression) on."""
+    return _FROM_POSITION[table].format(chat=chat, cut=cut)
+
+
+#: The position of the first of the last ``:last`` messages of the active path
+#: of the chat ``{chat}`` (0 when it has fewer); ``{row}`` is the chat's row.
+TAIL_START = (
+    "(SELECT coalesce(min(t.position), 0) FROM (SELECT m.position FROM messages m WHERE m.chat_id = {chat} "
+    "AND ({row}.path_length = {row}.message_count OR m.on_path) ORDER BY m.position DESC LIMIT :last) t)"
+)
 
 
 #: Ids looked up per statement (see ``in_pieces``).

@@ -181,12 +181,20 @@ class Backend(ABC):
 
     @abstractmethod
     def load_document_rows(
-        self, executor: Executor, chat_ids: Sequence[str], *, user_id: str | None, whole: bool = False
+        self,
+        executor: Executor,
+        chat_ids: Sequence[str],
+        *,
+        user_id: str | None,
+        whole: bool = False,
+        last: int | None = None,
     ) -> DocumentRows:
         """The stored rows of the documents of ``chat_ids`` (only ``user_id``'s,
         if given), unknown ids left out, read in one snapshot: each chat's
         active path (only its rows are read, see ``ON_ACTIVE_PATH``), or with
-        ``whole`` its whole tree. The repository builds the documents."""
+        ``whole`` its whole tree; with ``last`` (one chat, not ``whole``) the
+        rows of the last ``last`` messages of its active path alone. The
+        repository builds the documents."""
 
     @abstractmethod
     def row_writer(self, executor: Executor) -> RowWriter:

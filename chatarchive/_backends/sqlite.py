@@ -50,9 +50,11 @@ from chatarchive._schema import (
     DOCUMENT_ORDER,
     ON_ACTIVE_PATH,
     SEARCH_TERMS,
+    TAIL_START,
     active_path_filter,
     in_pieces,
     tables,
+    tail_filter,
 )
 from chatarchive._search import SearchFilters, SearchQuery, typed_candidates
 from chatarchive._terms import Phrase, StoredTerms
@@ -144,7 +146,13 @@ class SQLite(Backend):
     # -- the statements of a unit of work ------------------------------------------------
 
     def load_document_rows(
-        self, executor: Executor, chat_ids: Sequence[str], *, user_id: str | None, whole: bool = False
+        self,
+        executor: Executor,
+        chat_ids: Sequence[str],
+        *,
+        user_id: str | None,
+        whole: bool = False,
+        last: int | None = None,
     ) -> DocumentRows:
         """One query per table for every ``IDS_PER_STATEMENT`` chats (the
         caller's transaction keeps one snapshot)."""
@@ -165,6 +173,10 @@ class SQLite(Backend):
                 )
                 if not whole and table.name in ON_ACTIVE_PATH:
                     query = query.where(text(active_path_filter(table.name)))
+                    if last is not None:  # (one chat)
+                        tail_start = TAIL_START.format(chat="c.chat_id", row="c")
+                        start = f"(SELECT {tail_start} FROM chats c WHERE c.chat_id = x.chat_id)"
+                        query = query.where(text(tail_filter(table.name, start)).bindparams(last=last))
                 for child in executor.execute(query).mappings():
                     children[child["chat_id"]][table].append(child)
         return DocumentRows(found, children)

@@ -14,6 +14,7 @@ from sqlalchemy import func, literal, select, tuple_
 
 from chatarchive._arguments import (
     fits_utc,
+    is_whole_number,
     optional_moment,
     optional_text,
     require_at_least_one,
@@ -92,6 +93,25 @@ def find(unit: Unit, /, chat_id: str) -> ChatDocument | None:
     require_text(chat_id, "chat_id")
     found = get_many(unit, [chat_id])
     return found[0] if found else None
+
+
+def last_messages(unit: Unit, /, chat_id: str, count: int) -> ChatDocument | None:
+    """The stored chat with the last ``count`` messages of its active path
+    alone (``None``: no such chat, or another user's), reading only their
+    rows: for the framework stores that give the latest messages of a long
+    history. Not a document to save back: it lacks the messages before."""
+    require_text(chat_id, "chat_id")
+    if not is_whole_number(count) or count < 1:
+        raise InvalidArgument(f"count must be a whole number >= 1, not {count!r}", argument="count")
+    with unit.reading():
+        rows = unit.backend.load_document_rows(unit.executor, [chat_id], user_id=unit.user_id, last=count)
+    if not rows.chats:
+        return None
+    children = rows.children[chat_id]
+    messages = children[tables.messages]
+    if messages:  # the first message kept follows none of those read
+        children = {**children, tables.messages: [{**messages[0], "parent_position": None}, *messages[1:]]}
+    return documents_from_rows([chat_id], rows.chats, {chat_id: children})[0]
 
 
 def get_tree(unit: Unit, /, chat_id: str) -> ChatTree:

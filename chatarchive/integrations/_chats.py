@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import os
 import threading
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -28,8 +28,9 @@ from chatarchive._api import AsyncChatArchive, ChatArchive
 from chatarchive._arguments import require_text
 from chatarchive._document import ChatDocument, ChatTree, Message
 from chatarchive._exceptions import ChatNotFound, ConflictError, InvalidArgument
+from chatarchive._repository.plans import Kind, Step
 
-__all__ = ["Call", "SessionChat", "Work", "arun", "call", "find", "require_archive", "run"]
+__all__ = ["Call", "SessionChat", "Work", "arun", "call", "find", "require_archive", "run", "step"]
 
 T = TypeVar("T")
 
@@ -72,6 +73,13 @@ def call(name: str, *args: Any, **kwargs: Any) -> Work[Any]:
 def together(*calls: Call) -> Work[list[Any]]:
     """The results of ``calls``, made in one transaction."""
     return cast(list[Any], (yield Call("transaction", together=calls)))
+
+
+def step(kind: Kind, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Work[Any]:
+    """The result of ``function(unit, *args, **kwargs)``, a function of a unit
+    of work of the archive's repository, run as one step of the archive (a
+    read or a write, in a transaction of its own)."""
+    return (yield Call("_run_step", (Step(kind, lambda unit: function(unit, *args, **kwargs)),)))
 
 
 def find(chat_id: str) -> Work[ChatDocument | None]:

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import builtins
 import random
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, cast
 
 from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
@@ -65,10 +65,10 @@ from chatarchive._api import AsyncChatArchive, ChatArchive
 from chatarchive._document import ChatDocument, Message
 from chatarchive._repository import checkpoints
 from chatarchive._repository.checkpoints import ChannelValue, CheckpointRows, Serialized, StoredWrite
-from chatarchive._repository.plans import Kind, Step
+from chatarchive._repository.plans import Kind
 from chatarchive.formats import langchain as langchain_format
 
-from ._chats import Call, Work, arun, require_archive, run
+from ._chats import Work, arun, require_archive, run, step
 
 __all__ = ["ChatArchiveSaver"]
 
@@ -125,15 +125,15 @@ class ChatArchiveSaver(BaseCheckpointSaver[str]):
         run(self.archive, self._put_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
-        run(self.archive, _step(Kind.WRITE, checkpoints.delete_thread, str(thread_id)))
+        run(self.archive, step(Kind.WRITE, checkpoints.delete_thread, str(thread_id)))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        run(self.archive, _step(Kind.WRITE, checkpoints.delete_for_runs, [str(r) for r in run_ids]))
+        run(self.archive, step(Kind.WRITE, checkpoints.delete_for_runs, [str(r) for r in run_ids]))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         run(
             self.archive,
-            _step(Kind.WRITE, checkpoints.copy_thread, str(source_thread_id), str(target_thread_id)),
+            step(Kind.WRITE, checkpoints.copy_thread, str(source_thread_id), str(target_thread_id)),
         )
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -170,15 +170,15 @@ class ChatArchiveSaver(BaseCheckpointSaver[str]):
         await arun(self.archive, self._put_writes(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await arun(self.archive, _step(Kind.WRITE, checkpoints.delete_thread, str(thread_id)))
+        await arun(self.archive, step(Kind.WRITE, checkpoints.delete_thread, str(thread_id)))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await arun(self.archive, _step(Kind.WRITE, checkpoints.delete_for_runs, [str(r) for r in run_ids]))
+        await arun(self.archive, step(Kind.WRITE, checkpoints.delete_for_runs, [str(r) for r in run_ids]))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         await arun(
             self.archive,
-            _step(Kind.WRITE, checkpoints.copy_thread, str(source_thread_id), str(target_thread_id)),
+            step(Kind.WRITE, checkpoints.copy_thread, str(source_thread_id), str(target_thread_id)),
         )
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -229,7 +229,7 @@ class ChatArchiveSaver(BaseCheckpointSaver[str]):
                 channel: str(version) for channel, version in checkpoint["channel_versions"].items()
             },
         )
-        yield from _step(Kind.WRITE, checkpoints.put, stored, channels)
+        yield from step(Kind.WRITE, checkpoints.put, stored, channels)
         return _config(thread_id, namespace, checkpoint["id"])
 
     def _put_writes(
@@ -242,11 +242,11 @@ class ChatArchiveSaver(BaseCheckpointSaver[str]):
             StoredWrite(task_id, WRITES_IDX_MAP.get(channel, index), channel, self._dumped(value), task_path)
             for index, (channel, value) in enumerate(writes)
         ]
-        yield from _step(Kind.WRITE, checkpoints.put_writes, thread_id, namespace, checkpoint_id, stored)
+        yield from step(Kind.WRITE, checkpoints.put_writes, thread_id, namespace, checkpoint_id, stored)
 
     def _get_tuple(self, config: RunnableConfig) -> Work[CheckpointTuple | None]:
         thread_id, namespace, checkpoint_id = _where(config)
-        found = yield from _step(Kind.READ, checkpoints.load, thread_id, namespace, checkpoint_id, limit=1)
+        found = yield from step(Kind.READ, checkpoints.load, thread_id, namespace, checkpoint_id, limit=1)
         return self._tuple(found[0]) if found else None
 
     def _list(
@@ -258,7 +258,7 @@ class ChatArchiveSaver(BaseCheckpointSaver[str]):
     ) -> Work[builtins.list[CheckpointTuple]]:
         configurable = (config or {}).get("configurable", {})
         thread_id = configurable.get("thread_id")
-        found = yield from _step(
+        found = yield from step(
             Kind.READ,
             checkpoints.load,
             None if thread_id is None else str(thread_id),
@@ -301,16 +301,11 @@ class ChatArchiveSaver(BaseCheckpointSaver[str]):
         return self.serde.loads_typed((value.type, value.data or b""))
 
 
-def _step(kind: Kind, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Work[Any]:
-    """The result of ``function(unit, *args, **kwargs)``, run as one step of the archive."""
-    return (yield Call("_run_step", (Step(kind, lambda unit: function(unit, *args, **kwargs)),)))
-
-
 def _pruned(thread_ids: Sequence[str], strategy: str) -> Work[None]:
     if strategy not in ("keep_latest", "delete"):
         raise ValueError(f"strategy must be 'keep_latest' or 'delete', not {strategy!r}")
     threads = [str(thread) for thread in thread_ids]
-    yield from _step(Kind.WRITE, checkpoints.prune, threads, keep_latest=strategy == "keep_latest")
+    yield from step(Kind.WRITE, checkpoints.prune, threads, keep_latest=strategy == "keep_latest")
 
 
 def _where(config: RunnableConfig) -> tuple[str, str, str | None]:

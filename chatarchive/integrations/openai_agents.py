@@ -69,10 +69,12 @@ from chatarchive._api import AsyncChatArchive, ChatArchive
 from chatarchive._arguments import is_whole_number
 from chatarchive._document import ChatDocument, ChatTree, Message, new_id
 from chatarchive._exceptions import InvalidArgument
+from chatarchive._repository import reads
+from chatarchive._repository.plans import Kind
 from chatarchive.formats import openai_responses
 from chatarchive.formats._shapes import usage_back, usage_in_archive
 
-from ._chats import Call, SessionChat, Work, arun, call, find, get_tree, together
+from ._chats import Call, SessionChat, Work, arun, call, find, get_tree, step, together
 
 __all__ = ["ChatArchiveSession"]
 
@@ -126,9 +128,15 @@ class ChatArchiveSession(SessionABC):
         limit = resolve_session_limit(limit, self.session_settings)
         if limit is not None and (not is_whole_number(limit) or limit < 0):
             raise InvalidArgument(f"limit must be a whole number >= 0, not {limit!r}", argument="limit")
-        messages = cast(list[Message], await self._run(self._path_of(branch_id)))
         if limit == 0:
             return []
+        if limit is not None and branch_id is None:  # the latest items alone are read
+            document = cast(
+                ChatDocument | None,
+                await self._run(step(Kind.READ, reads.last_messages, self.session_id, limit)),
+            )
+            return [] if document is None else [_item(message) for message in document.messages]
+        messages = cast(list[Message], await self._run(self._path_of(branch_id)))
         return [_item(message) for message in (messages if limit is None else messages[-limit:])]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:

@@ -5,6 +5,7 @@ cut, the whole tree read and saved back."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 import pytest
@@ -21,6 +22,8 @@ from chatarchive import (
     InvalidArgument,
     InvalidDocument,
 )
+from chatarchive._repository import reads
+from chatarchive._repository.plans import Kind, Step
 from tests.support.chats import counts, snapshot
 from tests.support.strategies import exact, tree_documents
 
@@ -67,6 +70,21 @@ def test_a_saved_tree_reads_back_whole_and_as_its_active_path(
         for message in doc.messages:  # every other path, by its leaf
             other = repo.get(doc.chat_id, leaf=message.uid)
             assert other.messages == ChatTree(doc).path_document(message.uid).messages
+        for count in range(1, len(path.messages) + 2):  # the tail of the active path, read alone
+            tail = repo._run_step(
+                Step(Kind.READ, partial(reads.last_messages, chat_id=doc.chat_id, count=count))
+            )
+            kept = path.messages[-count:]
+            assert exact(tail.model_dump()) == exact(
+                path.model_copy(
+                    update={
+                        "messages": kept,
+                        "feedback": [
+                            f for f in path.feedback if f.message_uid in {None, *(m.uid for m in kept)}
+                        ],
+                    }
+                ).model_dump()
+            )
         (exported,) = list(repo.export())
         assert exported.model_dump() == tree.document.model_dump()
     finally:

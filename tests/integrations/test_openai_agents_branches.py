@@ -365,3 +365,29 @@ def test_clearing_the_session_leaves_main_alone(archive: ChatArchive) -> None:
     run(session.add_items(turn("again", "yes")))
     assert [(b["branch_id"], b["is_current"]) for b in run(session.list_branches())] == [("main", True)]
     assert archive.get("clear").metadata is None  # a chat without branches keeps no record
+
+
+def test_the_latest_items_are_read_alone_and_equal_the_tail_of_the_history(archive: ChatArchive) -> None:
+    """``get_items(limit)`` reads the last messages' rows only (parts, tool
+    calls and feedback of the others left out), on a chat with branches too."""
+    session = ChatArchiveSession("tail", archive)
+    items: list[Any] = [
+        {"role": "user", "content": [{"type": "input_text", "text": "Tm?"}]},
+        {"type": "function_call", "name": "melting_point", "arguments": "{}", "call_id": "c1"},
+        {"type": "function_call_output", "output": "60 C", "call_id": "c1"},
+        {"role": "assistant", "content": "60 C."},
+    ]
+    run(session.add_items(items + turn("And GC?", "55%")))
+    whole = run(session.get_items())
+    for limit in range(1, len(whole) + 3):
+        assert run(session.get_items(limit)) == whole[-limit:]
+    run(session.create_branch_from_turn(2, "other"))
+    run(session.add_items(turn("And AT?", "45%")))
+    whole = run(session.get_items())
+    assert [run(session.get_items(limit)) for limit in (1, 3, 5, 9)] == [
+        whole[-1:],
+        whole[-3:],
+        whole[-5:],
+        whole,
+    ]
+    assert run(ChatArchiveSession("none", archive).get_items(3)) == []

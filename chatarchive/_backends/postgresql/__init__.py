@@ -239,7 +239,13 @@ class PostgreSQL(Backend):
         executor.execute(text(f"SET LOCAL chatarchive.user_id TO {_quoted(escape_text(user_id))}"))
 
     def load_document_rows(
-        self, executor: Executor, chat_ids: Sequence[str], *, user_id: str | None, whole: bool = False
+        self,
+        executor: Executor,
+        chat_ids: Sequence[str],
+        *,
+        user_id: str | None,
+        whole: bool = False,
+        last: int | None = None,
     ) -> DocumentRows:
         """The documents in one statement: one round trip and one snapshot,
         even under READ COMMITTED, or outside a transaction."""
@@ -249,9 +255,11 @@ class PostgreSQL(Backend):
         )
         if user_id is not None:
             params["user_id"] = escape_text(user_id)
+        if last is not None:
+            params["last"] = last
         found = []
         children: dict[str, dict[Table, list[Mapping[str, Any]]]] = {}
-        statement = _documents_query(scoped=user_id is not None, one=one, whole=whole)
+        statement = _documents_query(scoped=user_id is not None, one=one, whole=whole, tail=last is not None)
         for (document,) in _fetch_all(connection_of(executor), statement, params):
             chat_values, *child_values = json.loads(unescape_json_text(document))
             chat = _json_row(tables.chats, chat_values)

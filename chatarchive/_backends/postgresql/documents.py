@@ -10,7 +10,14 @@ from typing import Any
 from sqlalchemy import Double, Table, text
 from sqlalchemy.sql.elements import TextClause
 
-from chatarchive._schema import DOCUMENT_ORDER, ON_ACTIVE_PATH, active_path_filter, tables
+from chatarchive._schema import (
+    DOCUMENT_ORDER,
+    ON_ACTIVE_PATH,
+    TAIL_START,
+    active_path_filter,
+    tables,
+    tail_filter,
+)
 from chatarchive._types import UTCDateTime
 
 #: The columns the one-statement read returns of each table, in order
@@ -52,7 +59,7 @@ def _json_row(table: Table, values: Sequence[Any]) -> dict[str, Any]:
 
 
 @cache
-def _documents_query(*, scoped: bool, one: bool, whole: bool) -> TextClause:
+def _documents_query(*, scoped: bool, one: bool, whole: bool, tail: bool = False) -> TextClause:
     """Each chat as one JSON array: its row, then its child rows of each table
     as arrays of arrays. One text value per chat is the cheapest result for the
     driver to hand over and for Python to decode.
@@ -68,8 +75,12 @@ def _documents_query(*, scoped: bool, one: bool, whole: bool) -> TextClause:
     For a single chat every part names its id, so that on a distributed
     archive the whole read goes to the one worker that holds the chat (Citus
     sends a correlated subquery to every shard).
+
+    ``tail`` (one chat): only the rows of the last ``:last`` messages of its
+    active path.
     """
     chat_id = ":chat_id" if one else "x.chat_id"
+    tail_start = TAIL_START.format(chat=chat_id, row="c")
     own = "x.chat_id = c.chat_id" + (" AND x.chat_id = :chat_id" if one else "")
     children = []
     for table, order in DOCUMENT_ORDER.items():
@@ -77,6 +88,8 @@ def _documents_query(*, scoped: bool, one: bool, whole: bool) -> TextClause:
         on_path = ""
         if not whole and table.name in ON_ACTIVE_PATH:
             on_path = f" AND (c.path_length = c.message_count OR {active_path_filter(table.name, chat_id)})"
+            if tail:
+                on_path += f" AND {tail_filter(table.name, tail_start, chat_id)}"
         children.append(
             f"(SELECT json_agg(json_build_array({_json_values(table, 'x')}) ORDER BY {ordering}) "
             f"FROM {table.name} x WHERE {own}{on_path})"
