@@ -20,6 +20,7 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import cache
 from typing import Any, ClassVar
 
 import sqlalchemy
@@ -29,7 +30,9 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
+    Select,
     Table,
+    bindparam,
     event,
     func,
     insert,
@@ -67,6 +70,35 @@ __all__ = ["SEARCH_TERMS_DDL", "SQLite", "fts5_query"]
 
 # Execution option that makes a transaction begin IMMEDIATE (see for_writing).
 _WRITING = "chatarchive_writing"
+
+
+@cache
+def _chats_query(*, scoped: bool) -> Select[Any]:
+    """The rows of the chats ``:ids`` (of ``:user_id`` alone, ``scoped``), built once."""
+    query = select(tables.chats).where(tables.chats.c.chat_id.in_(bindparam("ids", expanding=True)))
+    return query.where(tables.chats.c.user_id == bindparam("user_id")) if scoped else query
+
+
+@cache
+def _children_query(table: Table, *, whole: bool, tail: bool) -> Select[Any]:
+    """The rows of ``table`` of the chats ``:ids`` in document order: of
+    their active paths (unless ``whole``), of the last ``:last`` messages of
+    the one chat's path (``tail``). Built once: building it costs more than
+    SQLite's running it."""
+    x = table.alias("x")
+    order = DOCUMENT_ORDER[table]
+    query = (
+        select(x)
+        .where(x.c.chat_id.in_(bindparam("ids", expanding=True)))
+        .order_by(*(x.c[column.name] for column in order))
+    )
+    if not whole and table.name in ON_ACTIVE_PATH:
+        query = query.where(text(active_path_filter(table.name)))
+        if tail:
+            tail_start = TAIL_START.format(chat="c.chat_id", row="c")
+            start = f"(SELECT {tail_start} FROM chats c WHERE c.chat_id = x.chat_id)"
+            query = query.where(text(tail_filter(table.name, start)))
+    return query
 
 
 class SQLite(Backend):
@@ -157,27 +189,19 @@ class SQLite(Backend):
         """One query per table for every ``IDS_PER_STATEMENT`` chats (the
         caller's transaction keeps one snapshot)."""
         found: list[Mapping[Any, Any]] = []
+        scoped = {} if user_id is None else {"user_id": user_id}
         for ids in in_pieces(chat_ids):
-            query = select(tables.chats).where(tables.chats.c.chat_id.in_(ids))
-            if user_id is not None:
-                query = query.where(tables.chats.c.user_id == user_id)
-            found += executor.execute(query).mappings()
+            found += executor.execute(
+                _chats_query(scoped=user_id is not None), {"ids": ids, **scoped}
+            ).mappings()
         children: dict[str, dict[Table, list[Mapping[Any, Any]]]] = {
             row["chat_id"]: {table: [] for table in DOCUMENT_ORDER} for row in found
         }
+        tail = {} if last is None else {"last": last}
         for ids in in_pieces(list(children)):
-            for table, order in DOCUMENT_ORDER.items():
-                x = table.alias("x")
-                query = (
-                    select(x).where(x.c.chat_id.in_(ids)).order_by(*(x.c[column.name] for column in order))
-                )
-                if not whole and table.name in ON_ACTIVE_PATH:
-                    query = query.where(text(active_path_filter(table.name)))
-                    if last is not None:  # (one chat)
-                        tail_start = TAIL_START.format(chat="c.chat_id", row="c")
-                        start = f"(SELECT {tail_start} FROM chats c WHERE c.chat_id = x.chat_id)"
-                        query = query.where(text(tail_filter(table.name, start)).bindparams(last=last))
-                for child in executor.execute(query).mappings():
+            for table in DOCUMENT_ORDER:
+                query = _children_query(table, whole=whole, tail=last is not None)
+                for child in executor.execute(query, {"ids": ids, **tail}).mappings():
                     children[child["chat_id"]][table].append(child)
         return DocumentRows(found, children)
 
