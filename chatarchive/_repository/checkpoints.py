@@ -37,6 +37,7 @@ __all__ = [
     "ChannelValue",
     "Checkpoint",
     "CheckpointRows",
+    "MessagesPath",
     "Serialized",
     "StoredWrite",
     "copy_thread",
@@ -61,14 +62,27 @@ class Serialized:
 
 
 @dataclass(frozen=True)
+class MessagesPath:
+    """Where a put left a thread's messages: the message ending them (``None``:
+    none) and the chat's version then."""
+
+    leaf: str | None
+    version: int
+
+
+@dataclass(frozen=True)
 class ChannelValue:
     """A channel's value at a version: serialized, or ``messages`` (the
-    archive's messages, in order) for a channel of messages."""
+    archive's messages, in order) for a channel of messages. ``continues``:
+    the path an earlier put left and how many of ``messages`` it holds, so
+    that, if the chat has not changed since, the rest is appended there
+    without reading the chat's tree."""
 
     channel: str
     version: str
     value: Serialized | None = None
     messages: Sequence[Mapping[str, Any]] | None = None
+    continues: tuple[MessagesPath, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -110,21 +124,23 @@ class CheckpointRows:
 # -- writes ------------------------------------------------------------------------------------
 
 
-def put(unit: Unit, /, checkpoint: Checkpoint, values: Sequence[ChannelValue]) -> None:
+def put(unit: Unit, /, checkpoint: Checkpoint, values: Sequence[ChannelValue]) -> MessagesPath | None:
     """Store ``checkpoint`` and the channels' values it brings (the thread's
-    chat made with its first checkpoint), in one transaction."""
+    chat made with its first checkpoint), in one transaction; where it left
+    the messages of a channel of messages (``None``: it brings none)."""
     chat_id = checkpoint.thread_id
     with unit.writing():
-        user = _thread(unit, chat_id)
+        user, version = _thread(unit, chat_id)
         rows = []
+        left: str | None = None
+        brings_messages = False
         for value in values:
             row: dict[str, Any] = {"channel": value.channel, "version": value.version, "message_uid": None}
             if value.messages is not None:
-                row |= {
-                    "type": MESSAGES,
-                    "blob": None,
-                    "message_uid": _messages_leaf(unit, chat_id, value.messages),
-                }
+                brings_messages = True
+                known = value.continues if value.continues and value.continues[0].version == version else None
+                left = _messages_leaf(unit, chat_id, value.messages, known)
+                row |= {"type": MESSAGES, "blob": None, "message_uid": left}
             elif value.value is not None:
                 row |= {"type": value.value.type, "blob": value.value.data}
             else:
@@ -168,6 +184,11 @@ def put(unit: Unit, /, checkpoint: Checkpoint, values: Sequence[ChannelValue]) -
                 }
             ],
         )
+        if not brings_messages:
+            return None
+        after = lock_row(unit, chat_id)
+        assert after is not None
+        return MessagesPath(left, int(after["version"]))
 
 
 def put_writes(
@@ -178,7 +199,7 @@ def put_writes(
     ``idx``), which are written again."""
     table = tables.checkpoint_writes
     with unit.writing():
-        user = _thread(unit, thread_id)
+        user, _ = _thread(unit, thread_id)
         at = _one(table, thread_id, namespace, checkpoint_id)
         kept = (
             {
@@ -444,8 +465,8 @@ def _one(table: Any, thread_id: str, namespace: str, checkpoint_id: str) -> list
     ]
 
 
-def _thread(unit: Unit, thread_id: str) -> str | None:
-    """Lock the thread's chat (made, empty, when there is none); its user."""
+def _thread(unit: Unit, thread_id: str) -> tuple[str | None, int]:
+    """Lock the thread's chat (made, empty, when there is none); its user and version."""
     require_text(thread_id, "thread_id")
     row = lock_row(unit, thread_id)
     if row is None:
@@ -456,21 +477,29 @@ def _thread(unit: Unit, thread_id: str) -> str | None:
     if row is None or not unit.visible(row):
         raise ChatNotFound(thread_id)
     user: str | None = row["user_id"]
-    return user
+    return user, int(row["version"])
 
 
-def _messages_leaf(unit: Unit, chat_id: str, messages: Sequence[Mapping[str, Any]]) -> str | None:
+def _messages_leaf(
+    unit: Unit,
+    chat_id: str,
+    messages: Sequence[Mapping[str, Any]],
+    known: tuple[MessagesPath, int] | None = None,
+) -> str | None:
     """The uid of the message ending the path of ``messages`` in the chat:
     they follow the longest stored path they begin with (looked for from
-    the active path, then from every root), and the rest is appended there.
-    The path becomes the active one."""
+    the active path, then from every root; or ``known``: the path an earlier
+    put left, holding the first of them, in a chat unchanged since), and the
+    rest is appended there. The path becomes the active one."""
     if not messages:
         return None
     wanted = ChatDocument.parse({"chat_id": chat_id, "messages": list(messages)}, limits=unit.limits).messages
-    tree = reads.get_tree(unit, chat_id)
-    matched = _matched_prefix(tree, wanted)
-    rest = wanted[len(matched) :]
-    leaf = matched[-1].uid if matched else None
+    if known is not None and known[1] <= len(wanted) and (known[0].leaf is None) == (known[1] == 0):
+        leaf, rest = known[0].leaf, wanted[known[1] :]
+    else:
+        matched = _matched_prefix(reads.get_tree(unit, chat_id), wanted)
+        rest = wanted[len(matched) :]
+        leaf = matched[-1].uid if matched else None
     if rest:
         if leaf is None:
             writes.truncate(unit, chat_id, 0)

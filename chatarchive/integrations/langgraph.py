@@ -43,7 +43,10 @@ Examples:
 from __future__ import annotations
 
 import builtins
+import json
 import random
+import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, cast
 
@@ -64,13 +67,22 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from chatarchive._api import AsyncChatArchive, ChatArchive
 from chatarchive._document import ChatDocument, Message
 from chatarchive._repository import checkpoints
-from chatarchive._repository.checkpoints import ChannelValue, CheckpointRows, Serialized, StoredWrite
+from chatarchive._repository.checkpoints import (
+    ChannelValue,
+    CheckpointRows,
+    MessagesPath,
+    Serialized,
+    StoredWrite,
+)
 from chatarchive._repository.plans import Kind
 from chatarchive.formats import langchain as langchain_format
 
 from ._chats import Work, arun, require_archive, run, step
 
 __all__ = ["ChatArchiveSaver"]
+
+#: Threads whose latest messages a saver remembers where it left.
+_THREADS_KEPT = 1024
 
 
 class ChatArchiveSaver(BaseCheckpointSaver[str]):
@@ -94,6 +106,11 @@ class ChatArchiveSaver(BaseCheckpointSaver[str]):
         require_archive(archive)
         self.archive = archive
         self.messages_channel = messages_channel
+        # Where the latest puts left each thread's messages, and a fingerprint of
+        # each of them: a put whose messages go on from there appends the new ones
+        # without reading the thread's tree (if the chat has not changed since).
+        self._left: OrderedDict[tuple[str, str], tuple[MessagesPath, tuple[str, ...]]] = OrderedDict()
+        self._left_lock = threading.Lock()
 
     # -- sync ----------------------------------------------------------------------------
 
@@ -203,14 +220,20 @@ class ChatArchiveSaver(BaseCheckpointSaver[str]):
         state = cast(dict[str, Any], checkpoint.copy())
         values: dict[str, Any] = state.pop("channel_values")
         channels = []
+        fingerprints: tuple[str, ...] = ()
         for channel, version in new_versions.items():
             value = values.get(channel)
             if channel not in values:
                 channels.append(ChannelValue(channel, str(version)))
             elif channel == self.messages_channel and namespace == "" and _are_messages(value):
+                messages = _stored(cast(builtins.list[BaseMessage], value))
+                fingerprints = tuple(json.dumps(message, sort_keys=True) for message in messages)
                 channels.append(
                     ChannelValue(
-                        channel, str(version), messages=_stored(cast(builtins.list[BaseMessage], value))
+                        channel,
+                        str(version),
+                        messages=messages,
+                        continues=self._continued(thread_id, fingerprints),
                     )
                 )
             else:
@@ -229,8 +252,22 @@ class ChatArchiveSaver(BaseCheckpointSaver[str]):
                 channel: str(version) for channel, version in checkpoint["channel_versions"].items()
             },
         )
-        yield from step(Kind.WRITE, checkpoints.put, stored, channels)
+        left = yield from step(Kind.WRITE, checkpoints.put, stored, channels)
+        if left is not None:
+            with self._left_lock:
+                self._left[thread_id, namespace] = (left, fingerprints)
+                self._left.move_to_end((thread_id, namespace))
+                while len(self._left) > _THREADS_KEPT:
+                    self._left.popitem(last=False)
         return _config(thread_id, namespace, checkpoint["id"])
+
+    def _continued(self, thread_id: str, fingerprints: tuple[str, ...]) -> tuple[MessagesPath, int] | None:
+        """Where the latest put left the thread's messages, if these go on from them."""
+        with self._left_lock:
+            found = self._left.get((thread_id, ""))
+        if found is None or fingerprints[: len(found[1])] != found[1]:
+            return None
+        return found[0], len(found[1])
 
     def _put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str

@@ -170,3 +170,35 @@ def test_the_modules_example_runs() -> None:
     import chatarchive.integrations.langgraph as module
 
     assert doctest.testmod(module).failed == 0
+
+
+def test_a_thread_going_on_appends_without_reading_its_tree_unless_the_chat_changed(
+    archive: ChatArchive, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chatarchive._repository import checkpoints
+
+    looked: list[int] = []
+    matched_prefix = checkpoints._matched_prefix
+
+    def counted(tree: Any, wanted: Any) -> Any:
+        looked.append(len(wanted))
+        return matched_prefix(tree, wanted)
+
+    monkeypatch.setattr(checkpoints, "_matched_prefix", counted)
+    graph = _graph(ChatArchiveSaver(archive))
+    config: Any = {"configurable": {"thread_id": "going-on"}}
+    graph.invoke({"messages": [HumanMessage("Q1", id="q1")], "steps": []}, config)
+    looked.clear()
+    graph.invoke({"messages": [HumanMessage("Q2", id="q2")], "steps": []}, config)
+    assert looked == []  # each put went on from where the one before left the messages
+    # Someone else writes the chat: the next put looks at the tree again, and gets it right.
+    first = archive.get("going-on").messages[0]
+    archive.add_feedback("going-on", {"score": 1, "message_uid": first.uid})
+    archive.update("going-on", title="renamed")
+    graph.invoke({"messages": [HumanMessage("Q3", id="q3")], "steps": []}, config)
+    assert looked != []
+    assert [m.content for m in archive.get("going-on").messages] == [
+        "Q1", "About 'Q1': anneal hotter.", "Q2", "About 'Q2': anneal hotter.", "Q3", "About 'Q3': anneal hotter.",
+    ]  # fmt: skip
+    assert len(archive.get_tree("going-on").messages) == 6
+    assert [len(s.values.get("messages", [])) for s in graph.get_state_history(config)][:3] == [6, 5, 4]
