@@ -99,32 +99,40 @@ def run(archive: ChatArchive | AsyncChatArchive, work: Work[T]) -> T:
     """Carry ``work`` out on ``archive``; its result."""
     sent: Any = None
     error: Exception | None = None
-    while True:
+    while isinstance(request := _resumed(work, sent, error), Call):
         try:
-            request = work.send(sent) if error is None else work.throw(error)
-        except StopIteration as done:
-            return cast(T, done.value)
-        sent, error = None, None
-        try:
-            sent = _called(archive, request)
+            sent, error = _called(archive, request), None
         except Exception as exc:  # raised in the work, where it made the call
-            error = exc
+            sent, error = None, exc
+    return cast(T, request.value)
 
 
 async def arun(archive: ChatArchive | AsyncChatArchive, work: Work[T]) -> T:
     """``run``, awaited."""
     sent: Any = None
     error: Exception | None = None
-    while True:
+    while isinstance(request := _resumed(work, sent, error), Call):
         try:
-            request = work.send(sent) if error is None else work.throw(error)
-        except StopIteration as done:
-            return cast(T, done.value)
-        sent, error = None, None
-        try:
-            sent = await _awaited(archive, request)
+            sent, error = await _awaited(archive, request), None
         except Exception as exc:
-            error = exc
+            sent, error = None, exc
+    return cast(T, request.value)
+
+
+@dataclass(frozen=True)
+class _Done:
+    """What work returned."""
+
+    value: Any
+
+
+def _resumed(work: Work[Any], sent: Any, error: Exception | None) -> Call | _Done:
+    """The work's next call, given the last one's result (or its error, raised
+    where it made the call); ``_Done`` when it returned."""
+    try:
+        return work.send(sent) if error is None else work.throw(error)
+    except StopIteration as done:
+        return _Done(done.value)
 
 
 def _called(archive: ChatArchive | AsyncChatArchive, request: Call) -> Any:
