@@ -376,10 +376,13 @@ def _with_values(unit: Unit, found: Sequence[CheckpointRows]) -> None:
     }
     values: dict[tuple[str, str, str, str], Mapping[Any, Any]] = {}
     for thread_id in {key[0] for key in wanted}:
-        for blob in unit.execute(select(blobs).where(blobs.c.chat_id == thread_id)).mappings():
-            key = (blob["chat_id"], blob["checkpoint_ns"], blob["channel"], blob["version"])
-            if key in wanted:
-                values[key] = blob
+        versions = [key[1:] for key in wanted if key[0] == thread_id]
+        query = select(blobs).where(
+            blobs.c.chat_id == thread_id,
+            tuple_(blobs.c.checkpoint_ns, blobs.c.channel, blobs.c.version).in_(versions),
+        )
+        for blob in unit.execute(query).mappings():
+            values[blob["chat_id"], blob["checkpoint_ns"], blob["channel"], blob["version"]] = blob
     trees: dict[str, ChatTree] = {}
     for rows in found:
         for channel, version in rows.checkpoint.channel_versions.items():
@@ -400,17 +403,25 @@ def _with_values(unit: Unit, found: Sequence[CheckpointRows]) -> None:
 
 
 def _with_writes(unit: Unit, found: Sequence[CheckpointRows]) -> None:
+    """Give each checkpoint the writes pending at it: one query per thread."""
     table = tables.checkpoint_writes
-    for rows in found:
-        at = _one(table, rows.checkpoint.thread_id, rows.checkpoint.namespace, rows.checkpoint.checkpoint_id)
-        rows.writes.extend(
-            StoredWrite(
-                row.task_id, row.idx, row.channel, Serialized(row.type, bytes(row.blob)), row.task_path
+    at = {
+        (rows.checkpoint.thread_id, rows.checkpoint.namespace, rows.checkpoint.checkpoint_id): rows
+        for rows in found
+    }
+    for thread_id in {key[0] for key in at}:
+        ids = [key[1:] for key in at if key[0] == thread_id]
+        query = (
+            select(table)
+            .where(
+                table.c.chat_id == thread_id, tuple_(table.c.checkpoint_ns, table.c.checkpoint_id).in_(ids)
             )
-            for row in unit.execute(
-                select(table).where(*at).order_by(table.c.task_path, table.c.task_id, table.c.idx)
-            )
+            .order_by(table.c.task_path, table.c.task_id, table.c.idx)
         )
+        for row in unit.execute(query):
+            value = Serialized(row.type, bytes(row.blob))
+            write = StoredWrite(row.task_id, row.idx, row.channel, value, row.task_path)
+            at[row.chat_id, row.checkpoint_ns, row.checkpoint_id].writes.append(write)
 
 
 # -- the thread's chat ---------------------------------------------------------------------------
@@ -426,12 +437,18 @@ def _delete_checkpoints(unit: Unit, doomed: Sequence[Any]) -> None:
     pending at them, and the channels' values no other checkpoint holds."""
     stored, blobs, pending = tables.checkpoints, tables.checkpoint_blobs, tables.checkpoint_writes
     threads = {(row.chat_id, row.checkpoint_ns) for row in doomed}
-    for row in doomed:
+    for chat_id, namespace in threads:
+        ids = [
+            row.checkpoint_id for row in doomed if (row.chat_id, row.checkpoint_ns) == (chat_id, namespace)
+        ]
         for table in (stored, pending):
             unit.execute(
-                delete_rows(table).where(*_one(table, row.chat_id, row.checkpoint_ns, row.checkpoint_id))
+                delete_rows(table).where(
+                    table.c.chat_id == chat_id,
+                    table.c.checkpoint_ns == namespace,
+                    table.c.checkpoint_id.in_(ids),
+                )
             )
-    for chat_id, namespace in threads:
         held = {
             (channel, version)
             for versions in unit.execute(

@@ -31,11 +31,12 @@ from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
 
 from chatarchive._api import AsyncChatArchive, ChatArchive
+from chatarchive._document import ChatDocument, Message
 from chatarchive.formats import langchain as langchain_format
 
 from ._chats import SessionChat, Work, arun, find, run
 
-__all__ = ["ChatArchiveMessageHistory"]
+__all__ = ["ChatArchiveMessageHistory", "archive_messages", "langchain_messages"]
 
 
 class ChatArchiveMessageHistory(BaseChatMessageHistory):
@@ -64,7 +65,7 @@ class ChatArchiveMessageHistory(BaseChatMessageHistory):
         return run(self.archive, self._messages())
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        run(self.archive, self._chat.add(_stored(messages)))
+        run(self.archive, self._chat.add(archive_messages(messages)))
 
     def clear(self) -> None:
         run(self.archive, self._chat.delete())
@@ -73,23 +74,24 @@ class ChatArchiveMessageHistory(BaseChatMessageHistory):
         return await arun(self.archive, self._messages())
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        await arun(self.archive, self._chat.add(_stored(messages)))
+        await arun(self.archive, self._chat.add(archive_messages(messages)))
 
     async def aclear(self) -> None:
         await arun(self.archive, self._chat.delete())
 
     def _messages(self) -> Work[list[BaseMessage]]:
         document = yield from find(self.chat_id)
-        if document is None:
-            return []
-        return messages_from_dict(langchain_format.from_document(document))
+        return [] if document is None else langchain_messages(document.messages)
 
 
-def _stored(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
+def archive_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
     """LangChain messages as the archive's messages (the ``langchain`` format's)."""
-    document = langchain_format.to_document(messages_to_dict(list(messages))) if messages else None
-    return (
-        []
-        if document is None
-        else [message.model_dump(mode="json", exclude_unset=True) for message in document.messages]
-    )
+    if not messages:
+        return []
+    document = langchain_format.to_document(messages_to_dict(list(messages)))
+    return [message.model_dump(mode="json", exclude_unset=True) for message in document.messages]
+
+
+def langchain_messages(messages: Sequence[Message]) -> list[BaseMessage]:
+    """The archive's messages as LangChain messages."""
+    return messages_from_dict(langchain_format.from_document(ChatDocument(messages=list(messages))))

@@ -50,7 +50,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, cast
 
-from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
+from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -65,7 +65,6 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from chatarchive._api import AsyncChatArchive, ChatArchive
-from chatarchive._document import ChatDocument, Message
 from chatarchive._repository import checkpoints
 from chatarchive._repository.checkpoints import (
     ChannelValue,
@@ -75,9 +74,9 @@ from chatarchive._repository.checkpoints import (
     StoredWrite,
 )
 from chatarchive._repository.plans import Kind
-from chatarchive.formats import langchain as langchain_format
 
 from ._chats import Work, arun, require_archive, run, step
+from .langchain import archive_messages, langchain_messages
 
 __all__ = ["ChatArchiveSaver"]
 
@@ -226,7 +225,7 @@ class ChatArchiveSaver(BaseCheckpointSaver[str]):
             if channel not in values:
                 channels.append(ChannelValue(channel, str(version)))
             elif channel == self.messages_channel and namespace == "" and _are_messages(value):
-                messages = _stored(cast(builtins.list[BaseMessage], value))
+                messages = archive_messages(cast(builtins.list[BaseMessage], value))
                 fingerprints = tuple(json.dumps(message, sort_keys=True) for message in messages)
                 channels.append(
                     ChannelValue(
@@ -316,7 +315,7 @@ class ChatArchiveSaver(BaseCheckpointSaver[str]):
     def _tuple(self, rows: CheckpointRows) -> CheckpointTuple:
         stored = rows.checkpoint
         values: dict[str, Any] = {
-            channel: _messages_of(value) if isinstance(value, list) else self._loaded(value)
+            channel: langchain_messages(value) if isinstance(value, list) else self._loaded(value)
             for channel, value in rows.values.items()
         }
         return CheckpointTuple(
@@ -359,15 +358,3 @@ def _config(thread_id: str, namespace: str, checkpoint_id: str) -> RunnableConfi
 
 def _are_messages(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(item, BaseMessage) for item in value)
-
-
-def _stored(messages: list[BaseMessage]) -> list[dict[str, Any]]:
-    """LangChain messages as the archive's messages (the ``langchain`` format's)."""
-    if not messages:
-        return []
-    document = langchain_format.to_document(messages_to_dict(messages))
-    return [message.model_dump(mode="json", exclude_unset=True) for message in document.messages]
-
-
-def _messages_of(path: list[Message]) -> list[BaseMessage]:
-    return messages_from_dict(langchain_format.from_document(ChatDocument(messages=path)))
