@@ -386,7 +386,7 @@ class ChatArchiveSession(SessionABC):
         layout = _Layout(tree) if tree is not None else None
         current = MAIN if layout is None else layout.record.current
         path = [] if layout is None else layout.path(current)
-        starts = [index for index, message in enumerate(path) if message.role == "user"]
+        starts = _turn_starts(path)
         if (
             tree is None
             or layout is None
@@ -720,13 +720,9 @@ def _turn_starts(messages: list[Message]) -> list[int]:
 
 
 def _turn_usage(messages: list[Message]) -> list[dict[str, Any]]:
-    starts = _turn_starts(messages)
-    turns: list[dict[str, Any]] = []
-    for number, (start, end) in enumerate(zip(starts, [*starts[1:], len(messages)], strict=True), start=1):
-        used = [_counts(message) for message in messages[start:end] if message.usage is not None]
-        if used:
-            turn: dict[str, Any] = {}
-            for counts in used:
-                turn = _added(turn, counts)
-            turns.append({"user_turn_number": number, **turn})
-    return turns
+    """The usage recorded in each user turn, added up, by turn (the turns with none left out)."""
+    turns: dict[int, dict[str, Any]] = {}
+    for number, message in _numbered(messages):
+        if number and message.usage is not None:
+            turns[number] = _added(turns.get(number, {}), _counts(message))
+    return [{"user_turn_number": number, **turn} for number, turn in turns.items()]
