@@ -19,6 +19,7 @@ from ._document import (
     ToolFunction,
     Usage,
 )
+from ._embeddings import Embedder, register_embedder
 from ._engine import (
     DEFAULT_URL,
     URL_ENV,
@@ -33,6 +34,7 @@ from ._exceptions import (
     ChatNotFound,
     ConflictError,
     DatabaseError,
+    EmbedderError,
     ImportFailed,
     InvalidArgument,
     InvalidDocument,
@@ -71,6 +73,8 @@ __all__ = [
     "ContentPart",
     "DatabaseError",
     "Distribution",
+    "Embedder",
+    "EmbedderError",
     "Feedback",
     "ImportFailed",
     "InvalidArgument",
@@ -95,6 +99,7 @@ __all__ = [
     "database_url",
     "for_writing",
     "is_archive_table",
+    "register_embedder",
 ]
 
 __version__ = "0.1.0"

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from sqlalchemy import Connection
 
 from ._arguments import require_at_least_one, require_flag
 from ._backends.citus import DEFAULT_SHARD_COUNT, Distribution
-from ._exceptions import InvalidArgument, NotSupported, SchemaNotReady, UserScopeError, quoted
+from ._embeddings import ENTRY_POINT_GROUP, Embedder, embedder_named
+from ._exceptions import EmbedderError, InvalidArgument, NotSupported, SchemaNotReady, UserScopeError, quoted
 from ._migrations import migrate, problems_of, require_archive_file, require_reachable, revision_of
 from ._repository import searching
 from ._repository.plans import Connected, FaceFacts, Plan
@@ -238,7 +239,13 @@ def search_settings(face: FaceFacts, /) -> Plan[SearchSettings]:
 
 
 def configure_search(
-    face: FaceFacts, /, *, language: str | None = None, cjk: str | None = None, indexing: str | None = None
+    face: FaceFacts,
+    /,
+    *,
+    language: str | None = None,
+    cjk: str | None = None,
+    indexing: str | None = None,
+    embedder: Embedder | str | Literal[False] | None = None,
 ) -> Plan[SearchSettings]:
     """Change the archive's search settings (each one given); returns them.
 
@@ -250,21 +257,53 @@ def configure_search(
     commits), ``deferred`` (writes only mark their chats; ``index_pending``, or
     ``chatarchive db index --follow``, indexes them) or ``off``.
 
-    A new language or CJK splitting indexes every message again, as turning
-    search on does: at once, in this transaction, with ``sync`` indexing; with
-    ``deferred``, by ``index_pending``. Going from ``deferred`` to ``sync``
-    indexes the chats still marked.
+    ``embedder`` (an ``Embedder``, or the name of one registered or offered
+    by an installed package's ``chatarchive.embedders`` entry point) makes
+    the archive keep each message's vector for search by meaning
+    (``search(mode="vector" | "hybrid")``), written by the same ``indexing``;
+    ``False`` forgets the vectors. On PostgreSQL it needs pgvector on the
+    server (the archive creates the extension in its database, and an HNSW
+    index of the model's vectors); on SQLite vectors are compared exactly.
+    The archive records the embedder's name and dimension: every process
+    that writes or searches needs the embedder too (``register_embedder``,
+    or the entry point).
+
+    A new language, CJK splitting or embedder indexes every message again,
+    as turning search on does: at once, in this transaction, with ``sync``
+    indexing; with ``deferred``, by ``index_pending``. Going from
+    ``deferred`` to ``sync`` indexes the chats still marked.
 
     Raises:
-        InvalidArgument: an unknown language or mode.
+        InvalidArgument: an unknown language or mode, or an embedder that is none.
+        NotSupported: an embedder on a PostgreSQL server without pgvector.
+        EmbedderError: no embedder of that name, or it failed.
     """
     _archive_wide(face, "configure_search")
     for name, value in (("language", language), ("cjk", cjk), ("indexing", indexing)):
         if value is not None and not isinstance(value, str):
             raise InvalidArgument(f"{name} must be a string, not {type(value).__name__}", argument=name)
-    configure = partial(searching.configure, language=language, cjk=cjk, indexing=indexing)
+    chosen = _embedder(embedder)
+    configure = partial(searching.configure, language=language, cjk=cjk, indexing=indexing, embedder=chosen)
     changed: SearchSettings = yield Connected(_on_unit(face, configure), transaction=True)
     return changed
+
+
+def _embedder(embedder: object) -> Embedder | Literal[False] | None:
+    """The embedder ``configure_search`` was given (by name: the one registered or installed)."""
+    if embedder is None or embedder is False or isinstance(embedder, Embedder):
+        return embedder
+    if isinstance(embedder, str):
+        found = embedder_named(embedder)
+        if found is None:
+            raise EmbedderError(
+                f"no embedder named {embedder!r}: register_embedder(Embedder({embedder!r}, ...)), "
+                f"or install a package that offers it as a {ENTRY_POINT_GROUP!r} entry point"
+            )
+        return found
+    raise InvalidArgument(
+        f"embedder must be an Embedder, its name, or False, not {type(embedder).__name__}",
+        argument="embedder",
+    )
 
 
 def index_pending(face: FaceFacts, /, *, batch_size: int = 200, limit: int | None = None) -> Plan[int]:

@@ -7,7 +7,7 @@ inside a driver.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TypeGuard
 
@@ -22,6 +22,7 @@ __all__ = [
     "optional_moment",
     "optional_text",
     "require_at_least_one",
+    "require_choice",
     "require_flag",
     "require_many",
     "require_moment",
@@ -113,6 +114,14 @@ def require_text(value: object, name: str) -> str:
     if not isinstance(value, str):
         raise InvalidArgument(f"{name} must be a string, not {type(value).__name__}", argument=name)
     return value
+
+
+def require_choice(value: object, name: str, allowed: Sequence[str]) -> None:
+    """Refuse an argument that is none of the ``allowed`` words."""
+    if value not in allowed:
+        raise InvalidArgument(
+            f"{name} must be one of {', '.join(allowed)}, not {quoted(value)}", argument=name
+        )
 
 
 def optional_text(value: object, name: str) -> str | None:

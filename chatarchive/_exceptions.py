@@ -32,6 +32,7 @@ __all__ = [
     "ChatNotFound",
     "ConflictError",
     "DatabaseError",
+    "EmbedderError",
     "ImportFailed",
     "InvalidArgument",
     "InvalidDocument",
@@ -132,6 +133,13 @@ class DatabaseError(ChatArchiveError):
     def __init__(self, message: str, *, lasting: bool = False) -> None:
         self.lasting = lasting
         super().__init__(message)
+
+
+class EmbedderError(ChatArchiveError):
+    """Raised when the archive's embedder fails or gives what is not one
+    vector of its dimension per text; the write or search that asked for the
+    vectors changes nothing. When the archive was configured with an embedder
+    that this process does not have, the message says how to give it."""
 
 
 class ImportFailed(ChatArchiveError):

@@ -30,7 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from ._types import ArchiveText, JsonObject, OrderedJson, UTCDateTime
+from ._types import ArchiveText, JsonObject, OrderedJson, UTCDateTime, Vector
 
 __all__ = [
     "DOCUMENT_ORDER",
@@ -40,6 +40,7 @@ __all__ = [
     "SEARCH_OBJECTS",
     "SEARCH_TERMS",
     "TAIL_START",
+    "VECTOR_INDEX",
     "VERSION_TABLE",
     "Base",
     "ChatRow",
@@ -74,7 +75,7 @@ NAMING_CONVENTION = {
 
 #: The Alembic revision these models correspond to (a test keeps it equal to
 #: the newest migration).
-SCHEMA_REVISION = "0014"
+SCHEMA_REVISION = "0015"
 
 #: chatarchive's own Alembic version table, so that an application using Alembic
 #: for its own tables can share the database.
@@ -83,10 +84,14 @@ VERSION_TABLE = "chatarchive_version"
 #: Objects that migrations create in SQL the models do not describe: the
 #: search terms of each message, a table of ``tsvector`` on PostgreSQL and an
 #: FTS5 table on SQLite (which keeps its index in shadow tables named after
-#: it), with their index and trigger. The drift check leaves them alone.
+#: it), with their index and trigger; and the vector indexes of embedding
+#: models. The drift check leaves them alone.
 SEARCH_TERMS = "message_terms"
 _FTS5_SHADOWS = ("", "_config", "_content", "_data", "_docsize", "_idx")
-SEARCH_OBJECTS = (SEARCH_TERMS,)
+#: The HNSW index of each embedding model's vectors (PostgreSQL with
+#: pgvector), which ``configure_search`` builds: its name begins with this.
+VECTOR_INDEX = "ix_embeddings_vectors_"
+SEARCH_OBJECTS = (SEARCH_TERMS, VECTOR_INDEX)
 
 
 def described_by_models(name: str | None, kind: str, reflected: bool) -> bool:
@@ -421,6 +426,28 @@ class CheckpointWriteRow(Base):
     chat_user_id: Mapped[str | None]
 
 
+class EmbeddingRow(Base):
+    """The vector of a message's text by an embedding model, for search by meaning."""
+
+    __tablename__ = "embeddings"
+
+    chat_id: Mapped[str] = mapped_column(primary_key=True)
+    message_position: Mapped[int] = mapped_column(primary_key=True)
+    model: Mapped[str] = mapped_column(primary_key=True)
+    dimension: Mapped[int]
+    embedding: Mapped[list[float]] = mapped_column(Vector())
+
+    chat_user_id: Mapped[str | None]
+
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["chat_id", "message_position"],
+            ["messages.chat_id", "messages.position"],
+            ondelete="CASCADE",
+        ),
+    )
+
+
 class SettingRow(Base):
     """The archive's settings, by name (its search configuration)."""
 
@@ -429,6 +456,11 @@ class SettingRow(Base):
     name: Mapped[str] = mapped_column(primary_key=True)
     value: Mapped[str]
 
+
+EMBEDDINGS_COMMENT = (
+    "The vector of each message's text by the archive's embedding model, for search by meaning "
+    "(written with the search terms, or by chatarchive db index)."
+)
 
 #: What every table and column means; on PostgreSQL these are the COMMENTs that
 #: ``\d+`` shows (set by migration 0002).
@@ -453,6 +485,7 @@ TABLE_COMMENTS = {
         "channel of messages."
     ),
     "checkpoint_writes": "Writes of tasks to channels, pending at a checkpoint.",
+    "embeddings": EMBEDDINGS_COMMENT,
 }
 CHAT_USER_COMMENT = (
     "The chat's user (chats.user_id), kept in step with it: what row-level security reads "
@@ -574,6 +607,16 @@ COLUMN_COMMENTS = {
         "message_uid": "For messages kept as rows: the uid of their path's last message (null: none).",
         "chat_user_id": CHAT_USER_COMMENT,
     },
+    "embeddings": {
+        "chat_id": "The chat.",
+        "message_position": "The message's position.",
+        "model": "The embedding model's name (the archive's embedder).",
+        "dimension": "How many numbers the vector has.",
+        "embedding": (
+            "The vector of the message's text, scaled to length 1 (real[]; 32-bit floats on SQLite)."
+        ),
+        "chat_user_id": CHAT_USER_COMMENT,
+    },
     "checkpoint_writes": {
         "chat_id": "The thread's chat.",
         "checkpoint_ns": "The graph's namespace.",
@@ -623,6 +666,7 @@ class Tables:
     checkpoints: Table
     checkpoint_blobs: Table
     checkpoint_writes: Table
+    embeddings: Table
 
 
 #: The archive's tables (``tables.chats``, ``tables.messages``...).

@@ -11,6 +11,10 @@ Both databases take the same query syntax (words, all of which must match,
 ``"quoted phrases"``, ``-word`` to exclude, ``or`` between alternatives), never
 treat input as SQL, and give one hit per message, best first, ranked and
 snippeted by chatarchive from the same terms.
+
+Search by meaning compares the vector of the query, by the archive's embedder
+(``_embeddings``), with each message's (``embeddings``), under the same
+filters; hybrid search fuses both lists by reciprocal rank.
 """
 
 from __future__ import annotations
@@ -19,21 +23,26 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Integer, TextClause, bindparam
+from sqlalchemy import Double, Integer, TextClause, bindparam
 from sqlalchemy.sql.selectable import TextualSelect
+from sqlalchemy.types import TypeEngine
 
 from ._exceptions import InvalidArgument, SchemaNotReady
 from ._terms import Phrase, Tokenizer, has_terms
 from ._types import ArchiveText, UTCDateTime
 
 __all__ = [
+    "BRANCHES",
     "HIGHLIGHT",
     "MAX_QUERY_WORDS",
+    "SEARCH_MODES",
+    "Branches",
     "SearchFilters",
     "SearchHit",
+    "SearchMode",
     "SearchQuery",
     "SearchResults",
     "SearchWords",
@@ -42,6 +51,7 @@ __all__ = [
     "parse_query",
     "search_index_off",
     "typed_candidates",
+    "typed_nearest",
 ]
 
 #: Marks around matched words in snippets.
@@ -93,27 +103,47 @@ class SearchResults(list[SearchHit]):
         return self.pending_chats == 0
 
 
+#: How a search finds messages: by their words (``keyword``), by the meaning
+#: of their text (``vector``: the archive's embedder), or both, fused by
+#: reciprocal rank (``hybrid``).
+SearchMode = Literal["hybrid", "keyword", "vector"]
+SEARCH_MODES: tuple[SearchMode, ...] = ("hybrid", "keyword", "vector")
+#: Which messages of a chat's tree a search looks at: every one, or those on the active path.
+Branches = Literal["all", "active"]
+BRANCHES: tuple[Branches, ...] = ("all", "active")
+
+
 @dataclass(frozen=True)
 class SearchFilters:
     """Which messages a search looks at (each filter that is not None):
     ``user_id``'s chats, messages of ``role``, chats or messages of ``model``,
-    messages created from ``since`` on."""
+    messages created from ``since`` on and before ``until``, chats tagged
+    ``tag``; of every branch, or of the active paths alone (``active_path``)."""
 
     user_id: str | None = None
     role: str | None = None
     model: str | None = None
     since: datetime | None = None
+    until: datetime | None = None
+    tag: str | None = None
+    active_path: bool = False
 
     def sql(self) -> tuple[str, dict[str, Any]]:
         """The filters as ``AND ...`` conditions on ``c`` (chats) and ``m``
         (messages), and their parameters."""
-        conditions = []
+        conditions = ["m.on_path"] if self.active_path else []
         params: dict[str, Any] = {}
         for name, value, condition in (
             ("user_id", self.user_id, "c.user_id = :user_id"),
             ("role", self.role, "m.role = :role"),
             ("model", self.model, "(c.model = :model OR m.model = :model)"),
             ("since", self.since, "m.created_at >= :since"),
+            ("until", self.until, "m.created_at < :until"),
+            (
+                "tag",
+                self.tag,
+                "EXISTS (SELECT 1 FROM chat_tags g WHERE g.chat_id = c.chat_id AND g.tag = :tag)",
+            ),
         ):
             if value is not None:
                 conditions.append(condition)
@@ -189,22 +219,40 @@ def compile_query(words: SearchWords, tokenizer: Tokenizer) -> SearchQuery | Non
     return SearchQuery(groups, excluded) if groups else None
 
 
-def typed_candidates(statement: TextClause, params: dict[str, Any]) -> TextualSelect:
-    """A search's candidates statement with its filters' and its result
-    columns' types (text and times as the archive stores them)."""
+def _typed_filters(statement: TextClause, params: dict[str, Any]) -> TextClause:
+    """``statement`` with its filters' types (text and times as the archive stores them)."""
     return statement.bindparams(
-        *(bindparam(name, type_=ArchiveText()) for name in ("user_id", "role", "model") if name in params),
-        *([bindparam("since", type_=UTCDateTime())] if "since" in params else []),
-    ).columns(
-        chat_id=ArchiveText(),
-        position=Integer(),
-        uid=ArchiveText(),
-        role=ArchiveText(),
-        created_at=UTCDateTime(),
-        text=ArchiveText(),
-        terms=ArchiveText(),
-        length=Integer(),
+        *(
+            bindparam(name, type_=ArchiveText())
+            for name in ("user_id", "role", "model", "tag")
+            if name in params
+        ),
+        *(bindparam(name, type_=UTCDateTime()) for name in ("since", "until") if name in params),
     )
+
+
+_FOUND_COLUMNS: dict[str, TypeEngine[Any]] = {
+    "chat_id": ArchiveText(),
+    "position": Integer(),
+    "uid": ArchiveText(),
+    "role": ArchiveText(),
+    "created_at": UTCDateTime(),
+    "text": ArchiveText(),
+}
+
+
+def typed_candidates(statement: TextClause, params: dict[str, Any]) -> TextualSelect:
+    """A keyword search's candidates statement with its filters' and its
+    result columns' types: the message's ``chat_id``, ``position``, ``uid``,
+    ``role``, ``created_at`` and ``text``, its ``terms`` and their ``length``."""
+    return _typed_filters(statement, params).columns(**_FOUND_COLUMNS, terms=ArchiveText(), length=Integer())
+
+
+def typed_nearest(statement: TextClause, params: dict[str, Any]) -> TextualSelect:
+    """A vector search's statement with its filters' and its result columns'
+    types: the message's columns as ``typed_candidates`` has them, and the
+    ``distance`` of its vector from the query's."""
+    return _typed_filters(statement, params).columns(**_FOUND_COLUMNS, distance=Double())
 
 
 def search_index_off() -> SchemaNotReady:

@@ -120,11 +120,16 @@ class SearchSettings:
         indexing: ``sync`` (a write makes its messages searchable before it
             commits), ``deferred`` (writes mark their chats, and
             ``index_pending`` indexes them after), or ``off``.
+        embedder: the name of the model whose vectors of each message the
+            archive keeps for search by meaning (``None``: none), written by
+            the same ``indexing``; ``dimension``: how many numbers they have.
     """
 
     language: str = "english"
     cjk: CjkMode = "bigram"
     indexing: Indexing = "sync"
+    embedder: str | None = None
+    dimension: int | None = None
 
     def __post_init__(self) -> None:
         for name, value, allowed in (

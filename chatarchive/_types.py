@@ -26,7 +26,7 @@ from decimal import Decimal
 from math import copysign
 from typing import Any, ClassVar, Protocol
 
-from sqlalchemy import JSON, DateTime, Text
+from sqlalchemy import JSON, DateTime, LargeBinary, Text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
@@ -38,6 +38,7 @@ __all__ = [
     "JsonObject",
     "OrderedJson",
     "UTCDateTime",
+    "Vector",
     "dumps_json",
     "escape_json_text",
     "escape_text",
@@ -137,6 +138,12 @@ class ColumnRules(Protocol):
 
     def stored_time(self, value: datetime) -> datetime:
         """A UTC time as the database stores it."""
+
+    def vector_type(self, dialect: Dialect) -> TypeEngine[Any]:
+        """The column type of an embedding vector."""
+
+    def vector_processors(self) -> tuple[Callable[[Any], Any] | None, Callable[[Any], Any] | None]:
+        """An embedding vector's bind and result processors (from and to a list of floats)."""
 
 
 #: The rules of each database, by SQLAlchemy's name for it: filled in by the
@@ -249,3 +256,23 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value.astimezone(UTC)
+
+
+class Vector(TypeDecorator[list[float]]):
+    """An embedding vector, a list of floats: ``real[]`` on PostgreSQL (which
+    pgvector casts to its ``vector``), 32-bit floats in a BLOB on SQLite."""
+
+    impl = LargeBinary
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        kind: TypeEngine[Any] = _backend(dialect).vector_type(dialect)
+        return kind
+
+    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
+        bind: Callable[[Any], Any] | None = _backend(dialect).vector_processors()[0]
+        return bind
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any] | None:
+        result: Callable[[Any], Any] | None = _backend(dialect).vector_processors()[1]
+        return result

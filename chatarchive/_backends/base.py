@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
 from sqlalchemy.types import TypeEngine
 
+from chatarchive._embeddings import Embedder
 from chatarchive._exceptions import ChatArchiveError, NotSupported
 from chatarchive._schema import SEARCH_TERMS, metadata
 from chatarchive._search import SearchFilters, SearchQuery
@@ -173,6 +174,14 @@ class Backend(ABC):
         """A time in UTC (aware) as this database's timestamp column takes it."""
         return value
 
+    @abstractmethod
+    def vector_type(self, dialect: Dialect) -> TypeEngine[Any]:
+        """The column type of an embedding vector."""
+
+    def vector_processors(self) -> tuple[Callable[[Any], Any] | None, Callable[[Any], Any] | None]:
+        """Conversions of embedding vectors (lists of floats) on their way in and out (``None``: none)."""
+        return None, None
+
     # -- the statements of a unit of work ------------------------------------------------
 
     def set_user(self, executor: Executor, user_id: str) -> None:
@@ -280,6 +289,32 @@ class Backend(ABC):
         """Up to ``candidates`` messages whose terms match ``query`` (their
         ``chat_id``, ``position``, ``uid``, ``role``, ``created_at`` and string
         ``text``), with their stored terms, in no particular order."""
+
+    # -- vectors ---------------------------------------------------------------------------
+
+    def index_vectors(self, connection: Connection, model: str | None, dimension: int | None) -> None:
+        """Make the archive ready to search the vectors of ``model`` (of
+        ``dimension`` numbers; ``None``: of no model), dropping what served
+        another model's.
+
+        Raises:
+            NotSupported: the database cannot compare vectors.
+        """
+        return
+
+    @abstractmethod
+    def nearest(
+        self,
+        executor: Executor,
+        embedder: Embedder,
+        vector: Sequence[float],
+        filters: SearchFilters,
+        *,
+        candidates: int,
+    ) -> Sequence[Any]:
+        """Up to ``candidates`` messages whose ``embedder`` vectors are nearest
+        to ``vector`` by cosine distance, nearest first (``typed_nearest``'s
+        columns)."""
 
     # -- archive-wide switches -------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import asyncio
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import cache
 from typing import Any, ClassVar
@@ -30,6 +30,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
+    LargeBinary,
     Select,
     Table,
     bindparam,
@@ -42,6 +43,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeEngine
 
+from chatarchive._embeddings import Embedder, cosine_distance, pack, unpack
 from chatarchive._exceptions import (
     ChatArchiveError,
     ConflictError,
@@ -59,7 +61,7 @@ from chatarchive._schema import (
     tables,
     tail_filter,
 )
-from chatarchive._search import SearchFilters, SearchQuery, typed_candidates
+from chatarchive._search import SearchFilters, SearchQuery, typed_candidates, typed_nearest
 from chatarchive._terms import Phrase, StoredTerms
 from chatarchive._types import ArchiveText
 
@@ -175,6 +177,15 @@ class SQLite(Backend):
     def stored_time(self, value: Any) -> Any:
         return value.replace(tzinfo=None)  # UTC, as text without an offset
 
+    def vector_type(self, dialect: Dialect) -> TypeEngine[Any]:
+        return dialect.type_descriptor(LargeBinary())
+
+    def vector_processors(self) -> tuple[Callable[[Any], Any] | None, Callable[[Any], Any] | None]:
+        def result(value: Any) -> Any:
+            return None if value is None else list(unpack(value))
+
+        return (lambda value: None if value is None else pack(value)), result
+
     # -- the statements of a unit of work ------------------------------------------------
 
     def load_document_rows(
@@ -237,6 +248,20 @@ class SQLite(Backend):
         rows = executor.execute(typed_candidates(_match_statement(where, candidates), params), params)
         return [(row, StoredTerms.of(row.terms.split(" "))) for row in rows]
 
+    def nearest(
+        self,
+        executor: Executor,
+        embedder: Embedder,
+        vector: Sequence[float],
+        filters: SearchFilters,
+        *,
+        candidates: int,
+    ) -> Sequence[Any]:
+        # Every vector of the messages the filters select is compared: exact, in one scan.
+        where, params = filters.sql()
+        params |= {"embedder": embedder.name, "vector": pack(vector)}
+        return executor.execute(typed_nearest(_nearest_statement(where, candidates), params), params).all()
+
     # -- SQL expressions of analytics -----------------------------------------------------
 
     def json_text(self, column: ColumnElement[Any], key: str) -> ColumnElement[str]:
@@ -277,6 +302,27 @@ def _file(url: URL) -> str | None:
     return str(url.database)
 
 
+def _compare_vectors(dbapi_connection: Any) -> None:
+    """``vec_distance_cosine``: sqlite-vec's, where it is installed (the
+    ``vector`` extra) and this Python's sqlite3 can load extensions; else the
+    archive's own, the same cosine distance computed in Python."""
+    if isinstance(dbapi_connection, sqlite3.Connection) and hasattr(
+        dbapi_connection, "enable_load_extension"
+    ):
+        try:
+            import sqlite_vec  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+            dbapi_connection.enable_load_extension(True)
+            try:
+                sqlite_vec.load(dbapi_connection)
+                return
+            finally:
+                dbapi_connection.enable_load_extension(False)
+        except (ImportError, sqlite3.Error):
+            pass
+    dbapi_connection.create_function("vec_distance_cosine", 2, cosine_distance, deterministic=True)
+
+
 def _set_up_connections(engine: Engine, *, in_memory: bool, path: str | None) -> None:
     """Foreign keys enforced, locks waited for, WAL on files, and transactions
     begun by SQLAlchemy (not the driver) so that savepoints work."""
@@ -288,6 +334,7 @@ def _set_up_connections(engine: Engine, *, in_memory: bool, path: str | None) ->
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.execute("PRAGMA busy_timeout = 30000")
+        _compare_vectors(dbapi_connection)
         if not in_memory:
             try:
                 cursor.execute("PRAGMA journal_mode = WAL")  # the first statement that reads the file
@@ -426,6 +473,21 @@ _DELETE_TERMS = text(
     f"DELETE FROM {SEARCH_TERMS} WHERE rowid IN "
     "(SELECT rowid FROM messages WHERE chat_id = :chat_id AND position >= :position)"
 )
+
+
+def _nearest_statement(where: str, candidates: int) -> Any:
+    return text(
+        f"""
+        SELECT m.chat_id, m.position, m.uid, m.role, m.created_at, m.text,
+               vec_distance_cosine(e.embedding, :vector) AS distance
+        FROM embeddings e
+        JOIN messages m ON m.chat_id = e.chat_id AND m.position = e.message_position
+        JOIN chats c ON c.chat_id = e.chat_id
+        WHERE e.model = :embedder{where}
+        ORDER BY distance IS NULL, distance
+        LIMIT {candidates}
+        """
+    )
 
 
 def _match_statement(where: str, candidates: int) -> Any:

@@ -103,6 +103,8 @@ def append_in_one_statement(
     the chat in one statement; ``None`` if it changed nothing (a check
     failed), for the general write to do the append."""
     guess = guesses.search
+    if guess.indexing == "sync" and guess.embedder is not None:
+        return None  # the vectors are the general write's
     moment = now()
     rows = messages_to_rows(chat_id, parsed, user_id=None, first_position=0, now=moment)  # the chat's: below
     if len(rows.messages) + len(rows.parts) + len(rows.tool_calls) > MOST_ROWS:
@@ -169,6 +171,7 @@ def _statement(shape: _Shape, backend: Backend) -> Any:
             func.coalesce(searching.stored_setting("language"), SearchSettings().language)
             == bindparam("language"),
             func.coalesce(searching.stored_setting("cjk"), SearchSettings().cjk) == bindparam("cjk"),
+            searching.stored_setting("embedder").is_(None),
         )
     else:
         settings_hold = indexing != "sync"

@@ -18,6 +18,7 @@ from chatarchive._arguments import (
     optional_moment,
     optional_text,
     require_at_least_one,
+    require_choice,
     require_many,
     require_text,
 )
@@ -25,7 +26,15 @@ from chatarchive._document import ChatDocument, ChatFilter, ChatPage, ChatSummar
 from chatarchive._exceptions import ChatNotFound, InvalidArgument
 from chatarchive._rows import documents_from_rows
 from chatarchive._schema import tables
-from chatarchive._search import SearchFilters, SearchResults, check_query
+from chatarchive._search import (
+    BRANCHES,
+    SEARCH_MODES,
+    Branches,
+    SearchFilters,
+    SearchMode,
+    SearchResults,
+    check_query,
+)
 from chatarchive._types import ArchiveText, UTCDateTime
 
 from . import searching
@@ -226,37 +235,64 @@ def search(
     /,
     query: str,
     *,
+    mode: SearchMode = "keyword",
     user_id: str | None = None,
     role: str | None = None,
     model: str | None = None,
     since: datetime | None = None,
+    until: datetime | None = None,
+    tag: str | None = None,
+    branches: Branches = "all",
     limit: int = 20,
 ) -> SearchResults:
-    """Messages whose text matches ``query``, best first, one hit per message,
-    and how fresh the search index is (``SearchResults.pending_chats``).
+    """Messages that match ``query``, best first, one hit per message, and
+    how fresh the search index is (``SearchResults.pending_chats``).
+
+    ``mode`` is ``keyword`` (the default: messages with the query's words),
+    ``vector`` (the messages whose text is nearest in meaning to the query's,
+    by the archive's embedder: ``configure_search(embedder=...)``) or
+    ``hybrid`` (both lists fused by reciprocal rank: a message found by
+    both ranks first). A hit's ``rank`` is the keyword rank, the cosine
+    similarity, or the fused score; its snippet marks the query's words.
 
     ``query`` takes web-search syntax: words (all must match), "quoted
     phrases", ``-word`` to exclude, ``or`` between alternatives. Input is never
-    SQL; a query with nothing searchable in it finds nothing, and one of more
-    than 64 words is refused (its snippets would take seconds). ``model``
-    matches the chat's or the message's model; ``since`` bounds the message's
-    ``created_at``.
+    SQL; a query with nothing searchable in it finds nothing by keyword, and
+    one of more than 64 words is refused (its snippets would take seconds).
+    ``model`` matches the chat's or the message's model; ``since`` and
+    ``until`` bound the message's ``created_at``; ``tag`` keeps chats with
+    that tag; ``branches`` is ``all`` (every message of the chats' trees) or
+    ``active`` (their active paths alone).
 
     Raises:
         InvalidArgument: an argument of the wrong kind, or a query of more
             than 64 words.
-        SchemaNotReady: the archive's search index is off (``set_search_index``).
+        SchemaNotReady: the archive's search index is off
+            (``set_search_index``), or a search by meaning in an archive
+            without an embedder.
+        EmbedderError: the archive's embedder is not at hand in this process,
+            or failed.
     """
     require_at_least_one(limit, "limit")
-    since = optional_moment(since, "since")
+    since, until = optional_moment(since, "since"), optional_moment(until, "until")
     check_query(require_text(query, "query"))
-    role, model = optional_text(role, "role"), optional_text(model, "model")
+    role, model, tag = optional_text(role, "role"), optional_text(model, "model"), optional_text(tag, "tag")
+    require_choice(mode, "mode", SEARCH_MODES)
+    require_choice(branches, "branches", BRANCHES)
     user = scoped_user(unit.user_id, user_id)
     if user is NOBODY:
         return SearchResults()
-    filters = SearchFilters(user_id=user, role=role, model=model, since=since)
+    filters = SearchFilters(
+        user_id=user,
+        role=role,
+        model=model,
+        since=since,
+        until=until,
+        tag=tag,
+        active_path=branches == "active",
+    )
     with unit.reading():
-        return searching.search(unit, query.replace("\x00", " "), filters, limit=limit)
+        return searching.search(unit, query.replace("\x00", " "), filters, limit=limit, mode=mode)
 
 
 def _check_filter(where: object) -> None:

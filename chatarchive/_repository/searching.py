@@ -18,24 +18,27 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from functools import cache
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import bindparam, case, func, select
 from sqlalchemy import delete as delete_rows
 from sqlalchemy import update as update_rows
 
 from chatarchive._backends.base import TermsEntry
+from chatarchive._embeddings import ENTRY_POINT_GROUP, Embedder, embedder_named, register_embedder
+from chatarchive._exceptions import EmbedderError, SchemaNotReady
 from chatarchive._schema import tables
 from chatarchive._search import (
     HIGHLIGHT,
     SearchFilters,
     SearchHit,
+    SearchMode,
     SearchResults,
     compile_query,
     parse_query,
     search_index_off,
 )
-from chatarchive._terms import SearchSettings, rank, snippet
+from chatarchive._terms import SearchSettings, StoredTerms, rank, snippet
 
 from .unit import Unit
 
@@ -51,6 +54,7 @@ __all__ = [
     "known_settings",
     "pending",
     "pending_mark",
+    "required_embedder",
     "search",
     "settings",
     "settings_of",
@@ -64,7 +68,13 @@ __all__ = [
 RANKED_CANDIDATES = 100
 
 #: ``SearchSettings`` field -> its row in ``archive_settings``.
-_SETTING_NAMES = {"language": "search_language", "cjk": "search_cjk", "indexing": "search_indexing"}
+_SETTING_NAMES = {
+    "language": "search_language",
+    "cjk": "search_cjk",
+    "indexing": "search_indexing",
+    "embedder": "search_embedder",
+    "dimension": "search_dimension",
+}
 SETTING_FIELDS = tuple(_SETTING_NAMES)
 
 
@@ -105,6 +115,8 @@ def _settings_of(values: tuple[str | None, ...]) -> SearchSettings:
     given: dict[str, Any] = {
         field: value for field, value in zip(SETTING_FIELDS, values, strict=True) if value is not None
     }
+    if "dimension" in given:
+        given["dimension"] = int(given["dimension"])
     return SearchSettings(**given)
 
 
@@ -131,9 +143,13 @@ def written(
         return
     current = settings(unit)
     if current.indexing == "sync":
-        unit.backend.write_terms(unit.executor, entries(current, message_rows, part_rows))
-        return
-    if marked:
+        texts = _texts(message_rows, part_rows)
+        unit.backend.write_terms(unit.executor, _entries(current, texts))
+        if _embedded(unit, current, texts):
+            return
+        # The archive's embedder is not at hand in this process: the chats
+        # wait for an indexer that has it (their terms are written again then).
+    elif marked:
         return
     first: dict[str, int] = {}
     for row in message_rows:
@@ -146,12 +162,27 @@ def changed(unit: Unit, /, chat_id: str, from_position: int) -> None:
     """The chat's messages from ``from_position`` on changed (their text, or
     their positions): index them again, or mark the chat."""
     current = settings(unit)
-    if current.indexing != "sync":
+    if current.indexing != "sync" or (current.embedder is not None and _embedder(current) is None):
         _mark(unit, chat_id, from_position)
         return
-    unit.backend.delete_terms(unit.executor, [(chat_id, from_position)])
-    message_rows, part_rows = _stored_texts(unit, [chat_id], from_position=from_position)
-    unit.backend.write_terms(unit.executor, entries(current, message_rows, part_rows))
+    _forget(unit, current, [(chat_id, from_position)])
+    texts = _texts(*_stored_texts(unit, [chat_id], from_position=from_position))
+    unit.backend.write_terms(unit.executor, _entries(current, texts))
+    _embedded(unit, current, texts)
+
+
+def _forget(unit: Unit, /, current: SearchSettings, starts: Sequence[tuple[str, int]]) -> None:
+    """Delete the terms and vectors of each chat's messages from a position on."""
+    unit.backend.delete_terms(unit.executor, starts)
+    if current.embedder is None:  # no vectors are kept
+        return
+    embeddings = tables.embeddings
+    for chat_id, position in starts:
+        unit.execute(
+            delete_rows(embeddings).where(
+                embeddings.c.chat_id == chat_id, embeddings.c.message_position >= position
+            )
+        )
 
 
 def _mark(unit: Unit, /, chat_id: str, position: int) -> None:
@@ -167,14 +198,88 @@ def _mark(unit: Unit, /, chat_id: str, position: int) -> None:
     )
 
 
+# -- vectors -------------------------------------------------------------------------------
+
+
+def _embedder(current: SearchSettings) -> Embedder | None:
+    """The archive's embedder as this process has it (``None``: the archive
+    has none, or this process was not given it)."""
+    if current.embedder is None:
+        return None
+    embedder = embedder_named(current.embedder)
+    if embedder is not None and embedder.dimension != current.dimension:
+        raise EmbedderError(
+            f"the embedder {current.embedder!r} of this process gives vectors of {embedder.dimension} "
+            f"numbers; the archive keeps {current.dimension}: configure_search(embedder=...) to change it"
+        )
+    return embedder
+
+
+def required_embedder(current: SearchSettings) -> Embedder:
+    """The archive's embedder, which this operation needs.
+
+    Raises:
+        SchemaNotReady: the archive has no embedder.
+        EmbedderError: this process was not given it.
+    """
+    if current.embedder is None:
+        raise SchemaNotReady(
+            "search by meaning needs an embedder: configure_search(embedder=Embedder(...)), "
+            "or 'chatarchive db search-index --embedder NAME' for an installed one"
+        )
+    embedder = _embedder(current)
+    if embedder is None:
+        raise EmbedderError(
+            f"this archive embeds with {current.embedder!r}, which this process was not given: "
+            f"register_embedder(Embedder({current.embedder!r}, {current.dimension}, ...)), or install a "
+            f"package that offers it as a {ENTRY_POINT_GROUP!r} entry point"
+        )
+    return embedder
+
+
+def _embedded(
+    unit: Unit, /, current: SearchSettings, texts: Mapping[tuple[str, int], tuple[str, str | None]]
+) -> bool:
+    """Write the vectors of ``texts`` (see ``_texts``), when the archive has an
+    embedder; whether it could (``False``: this process lacks the embedder)."""
+    if current.embedder is None:
+        return True
+    embedder = _embedder(current)
+    if embedder is None:
+        return False
+    if texts:
+        vectors = embedder.vectors([text for text, _user in texts.values()])
+        unit.insert(
+            tables.embeddings,
+            [
+                {
+                    "chat_id": chat_id,
+                    "message_position": position,
+                    "model": embedder.name,
+                    "dimension": embedder.dimension,
+                    "embedding": vector,
+                    "chat_user_id": user,
+                }
+                for ((chat_id, position), (_text, user)), vector in zip(texts.items(), vectors, strict=True)
+            ],
+        )
+    return True
+
+
 def entries(
     current: SearchSettings, message_rows: Iterable[Mapping[str, Any]], part_rows: Iterable[Mapping[str, Any]]
 ) -> Iterator[TermsEntry]:
     """The terms of messages' rows under the ``current`` settings: each
     message's (chat id, position, terms, chat's user), for those with any,
     found as they are taken (a backend sends each while the next is found)."""
+    return _entries(current, _texts(message_rows, part_rows))
+
+
+def _entries(
+    current: SearchSettings, texts: Mapping[tuple[str, int], tuple[str, str | None]]
+) -> Iterator[TermsEntry]:
     tokenizer = current.tokenizer
-    for (chat_id, position), (text, user) in _texts(message_rows, part_rows).items():
+    for (chat_id, position), (text, user) in texts.items():
         terms = tokenizer.terms(text)
         if terms:
             yield chat_id, position, terms, user
@@ -275,6 +380,8 @@ def index_pending(unit: Unit, /, *, chats_per_batch: int) -> int:
     current = settings(unit)
     if current.indexing == "off":
         return 0
+    if current.embedder is not None:
+        required_embedder(current)
     marked = (
         select(tables.chats.c.chat_id)
         .where(tables.chats.c.search_from.is_not(None))
@@ -294,9 +401,10 @@ def index_pending(unit: Unit, /, *, chats_per_batch: int) -> int:
         if not batch:
             return 0
         chat_ids = list(batch)
-        unit.backend.delete_terms(unit.executor, list(batch.items()))
-        message_rows, part_rows = _stored_texts(unit, chat_ids)
-        unit.backend.write_terms(unit.executor, entries(current, message_rows, part_rows))
+        _forget(unit, current, list(batch.items()))
+        texts = _texts(*_stored_texts(unit, chat_ids))
+        unit.backend.write_terms(unit.executor, _entries(current, texts))
+        _embedded(unit, current, texts)
         unit.execute(
             update_rows(tables.chats).where(tables.chats.c.chat_id.in_(chat_ids)).values(search_from=None)
         )
@@ -328,24 +436,44 @@ def pending(unit: Unit, /, user_id: str | None = None) -> tuple[int, datetime | 
     return int(count), oldest
 
 
-def configure(unit: Unit, /, *, rebuild: bool = False, **changes: Any) -> SearchSettings:
-    """Change the archive's search settings. A change of language or CJK
-    splitting, turning search on, or ``rebuild`` indexes every chat again: at
-    once with ``sync`` indexing, by ``index_pending`` with ``deferred``."""
+def configure(
+    unit: Unit,
+    /,
+    *,
+    rebuild: bool = False,
+    embedder: Embedder | Literal[False] | None = None,
+    **changes: Any,
+) -> SearchSettings:
+    """Change the archive's search settings (``embedder``: a model to keep
+    vectors of, ``False``: none). A change of language or CJK splitting, of
+    the embedder, turning search on, or ``rebuild`` indexes every chat again:
+    at once with ``sync`` indexing, by ``index_pending`` with ``deferred``."""
     before = settings(unit)
-    after = replace(before, **{name: value for name, value in changes.items() if value is not None})
+    given = {name: value for name, value in changes.items() if value is not None}
+    if embedder is False:
+        given |= {"embedder": None, "dimension": None}
+    elif embedder is not None:
+        register_embedder(embedder)
+        given |= {"embedder": embedder.name, "dimension": embedder.dimension}
+    after = replace(before, **given)
+    new_vectors = (before.embedder, before.dimension) != (after.embedder, after.dimension)
     with unit.writing():
+        if new_vectors:  # first: Citus runs an extension's commands only before the transaction's others
+            unit.backend.index_vectors(unit.connection, after.embedder, after.dimension)
         for field, name in _SETTING_NAMES.items():
             unit.execute(delete_rows(tables.archive_settings).where(tables.archive_settings.c.name == name))
             value = getattr(after, field)
             if value != getattr(SearchSettings(), field):
-                unit.insert(tables.archive_settings, [{"name": name, "value": value}])
+                unit.insert(tables.archive_settings, [{"name": name, "value": str(value)}])
         unit.search_settings = after
         reindex = after.indexing != "off" and (
             rebuild
             or before.indexing == "off"
             or (before.language, before.cjk) != (after.language, after.cjk)
+            or (new_vectors and after.embedder is not None)
         )
+        if after.indexing == "off" or reindex or new_vectors:
+            unit.execute(delete_rows(tables.embeddings))
         if after.indexing == "off" or reindex:
             unit.backend.clear_terms(unit.connection)
         if reindex:
@@ -371,38 +499,78 @@ def _texts_of(unit: Unit, /, rows: Sequence[Any]) -> dict[tuple[str, int], str]:
     return {key: text for key, (text, _user) in _texts([row._mapping for row in rows], parts).items()}
 
 
-def search(unit: Unit, /, query: str, filters: SearchFilters, *, limit: int) -> SearchResults:
+#: Reciprocal rank fusion's constant: in hybrid search a message scores
+#: ``1 / (RRF_K + rank)`` in each list that has it (rank 1 the best), summed
+#: (Cormack, Clarke and Büttcher's value, which most search engines keep).
+RRF_K = 60
+
+
+def search(
+    unit: Unit, /, query: str, filters: SearchFilters, *, limit: int, mode: SearchMode = "keyword"
+) -> SearchResults:
     """The messages matching ``query`` (see ``reads.search``), best first."""
     current = settings(unit)
     if current.indexing == "off":
         raise search_index_off()
+    embedder = None if mode == "keyword" else required_embedder(current)
     count, oldest = pending(unit, filters.user_id)
     parsed = parse_query(query)
     compiled = None if parsed is None else compile_query(parsed, current.tokenizer)
-    if compiled is None:
-        return SearchResults(pending_chats=count, pending_since=oldest)
-    matches = unit.backend.match(unit.executor, compiled, filters, candidates=max(RANKED_CANDIDATES, limit))
-    ranked = sorted(
-        ((rank(compiled.groups, terms), row, terms) for row, terms in matches),
-        key=lambda item: (-item[0], item[1].chat_id, item[1].position),
-    )[:limit]
-    texts = _texts_of(unit, [row for _, row, _ in ranked])
-    phrases = [phrase for group in compiled.groups for phrase in group]
-    hits = [
-        SearchHit(
-            chat_id=row.chat_id,
-            message_uid=row.uid,
-            position=row.position,
-            role=row.role,
-            created_at=row.created_at,
-            snippet=snippet(
-                current.tokenizer,
-                texts.get((row.chat_id, row.position), ""),
-                terms.matched(phrases),
-                HIGHLIGHT,
-            ),
-            rank=score,
+    candidates = max(RANKED_CANDIDATES, limit)
+    by_words: list[tuple[float, Any, StoredTerms | None]] = []
+    if mode != "vector" and compiled is not None:
+        matches = unit.backend.match(unit.executor, compiled, filters, candidates=candidates)
+        by_words = sorted(
+            ((rank(compiled.groups, terms), row, terms) for row, terms in matches),
+            key=lambda item: (-item[0], item[1].chat_id, item[1].position),
         )
-        for score, row, terms in ranked
-    ]
+    by_meaning: list[tuple[float, Any, StoredTerms | None]] = []
+    if embedder is not None:
+        vector = embedder.vectors([query])[0]
+        nearest = unit.backend.nearest(unit.executor, embedder, vector, filters, candidates=candidates)
+        # A message of nothing in common with the query (cosine similarity 0 or less, or none) is no hit.
+        by_meaning = [
+            (1.0 - row.distance, row, None)
+            for row in nearest
+            if row.distance is not None and row.distance < 1.0
+        ]
+    if mode == "hybrid":
+        scored = _fused(by_words, by_meaning)[:limit]
+    else:
+        scored = (by_words if mode == "keyword" else by_meaning)[:limit]
+    texts = _texts_of(unit, [row for _, row, _ in scored])
+    phrases = [] if compiled is None else [phrase for group in compiled.groups for phrase in group]
+    tokenizer = current.tokenizer
+    hits = []
+    for score, row, terms in scored:
+        text = texts.get((row.chat_id, row.position), "")
+        if terms is None and phrases:  # found by meaning: its words of the query are marked all the same
+            terms = StoredTerms.of(tokenizer.terms(text))
+        matched = set() if terms is None else terms.matched(phrases)
+        hits.append(
+            SearchHit(
+                chat_id=row.chat_id,
+                message_uid=row.uid,
+                position=row.position,
+                role=row.role,
+                created_at=row.created_at,
+                snippet=snippet(tokenizer, text, matched, HIGHLIGHT),
+                rank=score,
+            )
+        )
     return SearchResults(hits, pending_chats=count, pending_since=oldest)
+
+
+def _fused(
+    *lists: Sequence[tuple[float, Any, StoredTerms | None]],
+) -> list[tuple[float, Any, StoredTerms | None]]:
+    """The hits of ``lists`` (each best first) by reciprocal rank fusion,
+    best first; a message's terms kept from the list that has them."""
+    fused: dict[tuple[str, int], list[Any]] = {}
+    for hits in lists:
+        for place, (_score, row, terms) in enumerate(hits, start=1):
+            entry = fused.setdefault((row.chat_id, row.position), [0.0, row, None])
+            entry[0] += 1.0 / (RRF_K + place)
+            entry[2] = entry[2] or terms
+    ordered = sorted(fused.values(), key=lambda entry: (-entry[0], entry[1].chat_id, entry[1].position))
+    return [(score, row, terms) for score, row, terms in ordered]

@@ -26,6 +26,7 @@ from chatarchive import (
 )
 from chatarchive._backends import backend_of
 from tests.support.chats import tool_chat
+from tests.support.embedders import meanings
 
 
 @pytest.fixture
@@ -481,3 +482,34 @@ def test_a_bulk_load_by_a_role_that_does_not_own_the_tables_says_why_it_cannot(
 async def _bulk_load_as(url: Any, user_id: str) -> int:
     async with AsyncChatArchive(url) as archive:
         return await archive.for_user(user_id).save_many([tool_chat("a"), tool_chat("b")], bulk=True)
+
+
+def test_search_by_meaning_is_scoped_by_row_level_security(
+    server_archive: tuple[ChatArchive, str], app_role: str
+) -> None:
+    """An ordinary role's search by meaning sees its user's vectors alone,
+    through the archive and in raw SQL, as keyword search does."""
+    archive, url = server_archive
+    archive.configure_search(embedder=meanings())
+    archive.save(
+        {"chat_id": "alice-1", "user_id": "alice", "messages": [{"role": "user", "content": "my car"}]}
+    )
+    archive.save({"chat_id": "bob-1", "user_id": "bob", "messages": [{"role": "user", "content": "a sedan"}]})
+    archive.set_row_level_security(True)
+    as_app = make_url(url).set(username=app_role)
+    with ChatArchive(as_app) as app:
+        for mode in ("vector", "hybrid"):
+            assert [hit.chat_id for hit in app.for_user("alice").search("automobile", mode=mode)] == [
+                "alice-1"
+            ]
+            assert [hit.chat_id for hit in app.for_user("bob").search("car", mode=mode)] == ["bob-1"]
+            assert app.for_user("eve").search("car", mode=mode) == []
+    with psycopg.connect(as_app.set(drivername="postgresql").render_as_string(hide_password=False)) as raw:
+        as_user(raw, "alice")
+        assert raw.execute("SELECT DISTINCT chat_id FROM embeddings").fetchall() == [("alice-1",)]
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            raw.execute(
+                "INSERT INTO embeddings (chat_id, message_position, model, dimension, embedding, chat_user_id) "
+                "VALUES ('bob-1', 0, 'planted', 1, '{1}', 'bob')"
+            )
+    archive.set_row_level_security(False)

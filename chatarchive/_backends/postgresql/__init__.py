@@ -59,9 +59,10 @@ from chatarchive._backends.base import (
     connection_of,
 )
 from chatarchive._backends.citus import Distribution
+from chatarchive._embeddings import Embedder
 from chatarchive._exceptions import ChatArchiveError, ConflictError, SchemaNotReady
 from chatarchive._schema import DOCUMENT_ORDER, SEARCH_TERMS, metadata, tables
-from chatarchive._search import SearchFilters, SearchQuery, typed_candidates
+from chatarchive._search import SearchFilters, SearchQuery, typed_candidates, typed_nearest
 from chatarchive._terms import StoredTerms, TsvectorText, tsvector_literal
 from chatarchive._types import (
     ArchiveText,
@@ -112,9 +113,13 @@ from .search import (
     _TERMS,
     _TERMS_INDEX,
     _WRITE_TERMS,
+    _hnsw_scans,
     _match_statement,
+    _nearest_statement,
     _sampled_index_scans,
+    index_vectors,
     tsquery,
+    vector_text,
 )
 
 __all__ = [
@@ -216,6 +221,10 @@ class PostgreSQL(Backend):
     def json_type(self, dialect: Dialect, *, binary: bool) -> TypeEngine[Any]:
         kind = postgresql.JSONB if binary else postgresql.JSON
         return dialect.type_descriptor(kind(none_as_null=True))
+
+    def vector_type(self, dialect: Dialect) -> TypeEngine[Any]:
+        # real[], not pgvector's vector: the archive's tables are the same with or without pgvector.
+        return dialect.type_descriptor(postgresql.ARRAY(postgresql.REAL()))
 
     def json_processors(self, *, binary: bool) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
         wrapper = Jsonb if binary else Json
@@ -446,6 +455,26 @@ class PostgreSQL(Backend):
         if len(rows) < candidates:  # the sample may have missed matches: look at them all
             rows = executor.execute(statement, params).all()
         return [(row, TsvectorText(row.terms, row.length)) for row in rows]
+
+    # -- vectors ---------------------------------------------------------------------------
+
+    def index_vectors(self, connection: Connection, model: str | None, dimension: int | None) -> None:
+        index_vectors(connection, model, dimension)
+
+    def nearest(
+        self,
+        executor: Executor,
+        embedder: Embedder,
+        vector: Sequence[float],
+        filters: SearchFilters,
+        *,
+        candidates: int,
+    ) -> Sequence[Any]:
+        where, params = filters.sql()
+        params |= {"vector": vector_text(vector)}
+        statement = _nearest_statement(embedder.name, embedder.dimension, where, candidates=candidates)
+        with _hnsw_scans(executor, candidates):
+            return executor.execute(typed_nearest(statement, params), params).all()
 
     # -- archive-wide switches -------------------------------------------------------------
 

@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import hashlib
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 
-from sqlalchemy import bindparam, column, text
+from sqlalchemy import Connection, bindparam, column, text
 from sqlalchemy import table as light_table
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import TextClause
 
 from chatarchive._backends.base import Executor
-from chatarchive._schema import SEARCH_TERMS
+from chatarchive._exceptions import NotSupported
+from chatarchive._schema import SEARCH_TERMS, VECTOR_INDEX
 from chatarchive._search import SearchQuery
 from chatarchive._terms import Phrase
 from chatarchive._types import ArchiveText
+
+#: pgvector's default and largest ``hnsw.ef_search``: how many vectors an
+#: HNSW index scan keeps as candidates.
+DEFAULT_EF_SEARCH = 40
+MOST_EF_SEARCH = 1000
 
 #: A first search samples about this many of the index entries of each of its
 #: terms (``gin_fuzzy_search_limit``), so that a word found in half the
@@ -41,19 +48,118 @@ _DELETE_TERMS = text(
 
 @contextmanager
 def _sampled_index_scans(executor: Executor) -> Iterator[None]:
-    """Sets ``gin_fuzzy_search_limit`` for the block, then puts back the
-    connection's own value. (After an error inside a transaction, the rollback
-    undoes the setting; only then does the restore fail, and that is ignored.)"""
-    setting = text("SELECT set_config('gin_fuzzy_search_limit', :value, false)")
-    previous = executor.execute(text("SELECT current_setting('gin_fuzzy_search_limit')")).scalar_one()
-    executor.execute(setting, {"value": str(SAMPLED_MATCHES)})
+    """Sets ``gin_fuzzy_search_limit`` for the block."""
+    with _settings(executor, {"gin_fuzzy_search_limit": (str(SAMPLED_MATCHES), "0")}):
+        yield
+
+
+@contextmanager
+def _hnsw_scans(executor: Executor, candidates: int) -> Iterator[None]:
+    """HNSW index scans for the block that find ``candidates`` vectors, and
+    go on through the index until they have as many that the search's
+    filters keep (``hnsw.iterative_scan``)."""
+    breadth = str(min(MOST_EF_SEARCH, max(DEFAULT_EF_SEARCH, candidates)))
+    with _settings(
+        executor,
+        {
+            "hnsw.ef_search": (breadth, str(DEFAULT_EF_SEARCH)),
+            "hnsw.iterative_scan": ("relaxed_order", "off"),
+        },
+    ):
+        yield
+
+
+@contextmanager
+def _settings(executor: Executor, settings: Mapping[str, tuple[str, str]]) -> Iterator[None]:
+    """Sets each setting (name: its value, and its default) for the block,
+    then puts back the connection's own values (the default for a setting of
+    an extension not loaded yet). After an error inside a transaction, the
+    rollback undoes the settings; only then does the restore fail, and that
+    is ignored."""
+    names = list(settings)
+    read = ", ".join(f"current_setting(:n{i}, true)" for i in range(len(names)))
+    found = executor.execute(text(f"SELECT {read}"), {f"n{i}": name for i, name in enumerate(names)}).one()
+    previous = {name: value or settings[name][1] for name, value in zip(names, found, strict=True)}
+    assign = text("SELECT " + ", ".join(f"set_config(:n{i}, :v{i}, false)" for i in range(len(names))))
+
+    def put(values: Mapping[str, str]) -> None:
+        params = {f"n{i}": name for i, name in enumerate(names)} | {
+            f"v{i}": values[name] for i, name in enumerate(names)
+        }
+        executor.execute(assign, params)
+
+    put({name: value for name, (value, _default) in settings.items()})
     try:
         yield
     except BaseException:
         with suppress(DBAPIError):
-            executor.execute(setting, {"value": previous})
+            put(previous)
         raise
-    executor.execute(setting, {"value": previous})
+    put(previous)
+
+
+def vector_index(model: str, dimension: int) -> str:
+    """The name of the HNSW index of ``model``'s vectors of ``dimension`` numbers."""
+    digest = hashlib.sha256(f"{model}\x00{dimension}".encode()).hexdigest()[:16]
+    return VECTOR_INDEX + digest
+
+
+def index_vectors(connection: Connection, model: str | None, dimension: int | None) -> None:
+    """Drop the HNSW indexes of other models; build ``model``'s, with
+    pgvector (created in the database if it is installed on the server)."""
+    kept = None if model is None or dimension is None else vector_index(model, dimension)
+    found = connection.execute(
+        text(
+            "SELECT indexname FROM pg_indexes "
+            "WHERE tablename = 'embeddings' AND starts_with(indexname, :prefix)"
+        ),
+        {"prefix": VECTOR_INDEX},
+    ).scalars()
+    for name in list(found):
+        if name != kept:
+            connection.execute(text(f"DROP INDEX {name}"))
+    if model is None or kept is None:
+        return
+    extension = connection.execute(
+        text("SELECT installed_version IS NOT NULL FROM pg_available_extensions WHERE name = 'vector'")
+    ).first()
+    if extension is None:
+        raise NotSupported(
+            "search by meaning on PostgreSQL needs the pgvector extension, which this server lacks: install "
+            "it (Debian and Ubuntu: postgresql-NN-pgvector; or pgvector's Docker image, or a managed service "
+            "that offers it), then configure the embedder again"
+        )
+    if not extension[0]:
+        connection.execute(text("CREATE EXTENSION vector"))
+    # The model's name is a literal: a partial index serves only queries whose plan knows the value.
+    connection.execute(
+        text(
+            f"CREATE INDEX IF NOT EXISTS {kept} ON embeddings USING hnsw "
+            f"((CAST(embedding AS vector({dimension}))) vector_cosine_ops) WHERE model = '{model}'"
+        )
+    )
+
+
+def _nearest_statement(model: str, dimension: int, where: str, *, candidates: int) -> TextClause:
+    # The model is a literal, as the index's condition has it; the LIMIT too (see _match_statement).
+    vector = f"vector({dimension})"
+    return text(
+        f"""
+        SELECT m.chat_id, m.position, m.uid, m.role, m.created_at, m.text,
+               CAST(e.embedding AS {vector}) <=> CAST(:vector AS {vector}) AS distance
+        FROM embeddings e
+        JOIN messages m ON m.chat_id = e.chat_id AND m.position = e.message_position
+        JOIN chats c ON c.chat_id = e.chat_id
+        WHERE e.model = '{model}'{where}
+        ORDER BY distance
+        LIMIT {candidates}
+        """
+    )
+
+
+def vector_text(vector: Sequence[float]) -> str:
+    """A vector as pgvector's text input."""
+    return "[" + ",".join(map(repr, vector)) + "]"
 
 
 def tsquery(query: SearchQuery) -> str:
