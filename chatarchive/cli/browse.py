@@ -10,6 +10,7 @@ import click
 from chatarchive import analytics
 from chatarchive._arguments import require_moment
 from chatarchive._document import ChatFilter
+from chatarchive._search import SEARCH_MODES, SearchMode
 
 from .app import (
     archive,
@@ -202,27 +203,56 @@ def stats(
 
 @main.command("search")
 @click.argument("query")
+@click.option(
+    "--mode",
+    type=click.Choice(SEARCH_MODES),
+    default="keyword",
+    show_default=True,
+    help="By words, by meaning (the archive's embedder), or both fused by rank.",
+)
 @click.option("--user", "user_id", help="Only this user's chats.")
 @click.option("--role", help="Only messages with this role.")
 @click.option("--model", help="Only chats (or messages) of this model.")
+@click.option("--tag", help="Only chats with this tag.")
 @click.option("--since", type=moment, help="Only messages created from then on.")
+@click.option("--until", type=moment, help="Only messages created before then.")
+@click.option(
+    "--active-path", is_flag=True, help="Only messages on the chats' active paths (not other branches)."
+)
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
 @click.option("--json", "as_json", is_flag=True, help="Print the hits as JSON.")
 def search(
     query: str,
+    mode: SearchMode,
     user_id: str | None,
     role: str | None,
     model: str | None,
+    tag: str | None,
     since: datetime | None,
+    until: datetime | None,
+    active_path: bool,
     limit: int,
     as_json: bool,
 ) -> None:
-    """Full-text search over message text: words, "phrases", -word, or.
+    """Search message text: words, "phrases", -word, or; or by meaning.
 
-    Finds words in every script (Chinese, Japanese and Korean too). With
-    deferred indexing, says on stderr how many chats are not searchable yet.
+    Finds words in every script (Chinese, Japanese and Korean too). --mode
+    vector or hybrid needs the archive's embedder in this process (an
+    installed 'chatarchive.embedders' entry point). With deferred indexing,
+    says on stderr how many chats are not searchable yet.
     """
-    hits = archive().search(query, user_id=user_id, role=role, model=model, since=since, limit=limit)
+    hits = archive().search(
+        query,
+        mode=mode,
+        user_id=user_id,
+        role=role,
+        model=model,
+        tag=tag,
+        since=since,
+        until=until,
+        branches="active" if active_path else "all",
+        limit=limit,
+    )
     if not hits.fresh:
         stderr().print(
             f"{hits.pending_chats} chats have writes not searchable yet "

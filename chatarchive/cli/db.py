@@ -6,6 +6,7 @@ import io
 import sys
 import time
 from collections.abc import Callable
+from typing import Literal
 
 import click
 
@@ -213,23 +214,33 @@ def db_search_index(state: str) -> None:
 @_LANGUAGE
 @_CJK
 @_INDEXING
-def db_search(language: str | None, cjk: str | None, indexing: str | None) -> None:
+@click.option(
+    "--embedder",
+    metavar="NAME",
+    help="Keep each message's vector by this embedder (an installed 'chatarchive.embedders' entry point), "
+    "for search by meaning; 'none' forgets the vectors.",
+)
+def db_search(language: str | None, cjk: str | None, indexing: str | None, embedder: str | None) -> None:
     """Show the archive's search configuration, or change it.
 
-    A new language or CJK splitting, or indexing turned on, indexes every
-    message again: at once with sync indexing (writes wait), or by 'chatarchive
-    db index' with deferred indexing.
+    A new language, CJK splitting or embedder, or indexing turned on, indexes
+    every message again: at once with sync indexing (writes wait), or by
+    'chatarchive db index' with deferred indexing.
     """
     target = archive()
-    if language or cjk or indexing:
-        _print_settings(target.configure_search(language=language, cjk=cjk, indexing=indexing))
+    if language or cjk or indexing or embedder:
+        chosen: str | Literal[False] | None = False if embedder == "none" else embedder
+        _print_settings(
+            target.configure_search(language=language, cjk=cjk, indexing=indexing, embedder=chosen)
+        )
     else:
         _print_settings(target.search_settings())
 
 
 def _print_settings(settings: SearchSettings) -> None:
-    for name in ("language", "cjk", "indexing"):
-        click.echo(f"{name}\t{getattr(settings, name)}")
+    for name in ("language", "cjk", "indexing", "embedder", "dimension"):
+        value = getattr(settings, name)
+        click.echo(f"{name}\t{'none' if value is None else value}")
 
 
 @db.command("index")

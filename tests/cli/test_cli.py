@@ -21,11 +21,12 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import URL
 
-from chatarchive import create_engine
+from chatarchive import create_engine, register_embedder
 from chatarchive._schema import SCHEMA_REVISION, metadata
 from chatarchive.bench.workload import generate_chats
 from chatarchive.cli import main
 from tests.support.commands import CHATARCHIVE, Ran, Run, invoke
+from tests.support.embedders import meanings
 
 
 def write(path: Path, content: str) -> str:
@@ -713,7 +714,7 @@ def test_stats_and_search(run: Run, tmp_path: Path) -> None:
 
 def test_search_configuration_and_deferred_indexing(run: Run, tmp_path: Path) -> None:
     settings = run("db", "upgrade", "--indexing", "deferred", "--language", "german").stdout
-    assert settings == "language\tgerman\ncjk\tbigram\nindexing\tdeferred\n"
+    assert settings == "language\tgerman\ncjk\tbigram\nindexing\tdeferred\nembedder\tnone\ndimension\tnone\n"
     assert run("db", "search").stdout == settings
     chat = {
         "chat_id": "zh",
@@ -729,7 +730,7 @@ def test_search_configuration_and_deferred_indexing(run: Run, tmp_path: Path) ->
         "为什么PCR会出现非特异性«条带»？ Die «Häuser»"
     ]
     assert "not searchable yet" not in found.stderr
-    assert run("db", "search", "--cjk", "unigram", "--indexing", "sync").stdout.endswith("indexing\tsync\n")
+    assert "indexing\tsync\n" in run("db", "search", "--cjk", "unigram", "--indexing", "sync").stdout
     assert "«性条»" in json.loads(run("search", "性条", "--json").stdout)[0]["snippet"]
     run("db", "search", "--language", "klingon", expect=2)
     run("db", "search-index", "off")
@@ -1069,3 +1070,30 @@ def test_import_of_an_empty_file_says_it_held_no_records(run: Run, tmp_path: Pat
     result = run("import", str(empty))
     assert f"{empty}: no records (the input is empty)" in result.stderr
     assert "imported 0 chats" in result.stderr
+
+
+def test_search_by_meaning_from_the_command_line(run: Run, tmp_path: Path) -> None:
+    register_embedder(meanings("cli-meanings"))
+    run("db", "upgrade")
+    chats = [
+        {
+            "chat_id": "garage",
+            "tags": ["home"],
+            "messages": [{"role": "user", "content": "My automobile broke."}],
+        },
+        {"chat_id": "pets", "messages": [{"role": "user", "content": "A puppy and a car."}]},
+    ]
+    run("import", write(tmp_path / "chats.jsonl", "\n".join(json.dumps(chat) for chat in chats)))
+    assert "needs an embedder" in run("search", "car", "--mode", "vector", expect=1).stderr
+    settings = run("db", "search", "--embedder", "cli-meanings").stdout
+    assert "embedder\tcli-meanings\ndimension\t32\n" in settings
+    found = json.loads(run("search", "car", "--mode", "vector", "--json").stdout)
+    assert [hit["chat_id"] for hit in found] == ["garage", "pets"]
+    hybrid = json.loads(run("search", "car", "--mode", "hybrid", "--json").stdout)
+    assert [hit["chat_id"] for hit in hybrid] == ["pets", "garage"]
+    assert hybrid[0]["snippet"] == "A puppy and a «car»."
+    tagged = json.loads(run("search", "car", "--mode", "vector", "--tag", "home", "--json").stdout)
+    assert [hit["chat_id"] for hit in tagged] == ["garage"]
+    assert "embedder\tnone" in run("db", "search", "--embedder", "none").stdout
+    assert "no embedder named 'missing'" in run("db", "search", "--embedder", "missing", expect=1).stderr
+    run("search", "car", "--mode", "semantic", expect=2)
