@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp_types import TextResourceContents
 
 from chatarchive import AsyncChatArchive, ChatArchive
 from chatarchive.integrations.mcp import chatarchive_server
@@ -78,7 +79,9 @@ async def _reads_as_ann(client: Client, *, writes: tuple[str, ...] = ()) -> None
     by_model = result(await client.call_tool("chat_stats", {"by": "model"}))
     assert [(row["model"], row["chats"]) for row in by_model] == [("gpt-4o", 1)]
     read = await client.read_resource("chat://garage")
-    assert json.loads(read.contents[0].text)["chat_id"] == "garage"
+    contents = read.contents[0]
+    assert isinstance(contents, TextResourceContents)
+    assert json.loads(contents.text)["chat_id"] == "garage"
     too_many = result(await client.call_tool("search_chats", {"query": "car", "limit": 500}))
     assert too_many[0] == "error"
     assert "limit must be from 1 to 50" in too_many[1]
