@@ -168,9 +168,21 @@ class BenchReport:
             "index catch-up / save_many, deferred indexing, 2 writers, at scale": self.ratio(
                 "scale_index_catch_up_messages_per_s", "scale_save_many_deferred_2_writers_messages_per_s"
             ),
+            "index catch-up with vectors / save_many, deferred indexing, 2 writers, at scale": self.ratio(
+                "scale_index_catch_up_with_vectors_messages_per_s",
+                "scale_save_many_deferred_2_writers_messages_per_s",
+            ),
             "search at scale, common / rare words, p50": self.ratio(
                 "scale_search_common_p50_ms", "scale_search_rare_p50_ms"
             ),
+            **{
+                f"search at scale, {mode} / keyword, {kind} words, {statistic}": self.ratio(
+                    f"scale_search_{mode}_{kind}_{statistic}_ms", f"scale_search_{kind}_{statistic}_ms"
+                )
+                for mode in ("vector", "hybrid")
+                for kind in ("common", "rare")
+                for statistic in ("p50", "p95")
+            },
             **{
                 f"Citus / one server: {label}": self.ratio(f"citus_{figure}", f"single_{figure}")
                 for label, figure in _CITUS_FIGURES.items()

@@ -12,25 +12,44 @@ PostgreSQL only (the figures compare against what the server itself does):
   message is from its commit to the commit of the batch that indexed it;
 - at N messages: ``save_many`` with deferred indexing, then indexing them all
   (catch-up), search latency (p50, p95) for common and for rare words, and the
-  size of the terms and their index.
+  size of the terms and their index;
+- with pgvector on the server, the same with each message's vector of 384
+  numbers by a synthetic embedder (``synthetic_embedder``): the catch-up
+  writes terms and vectors, the HNSW index is built after the load (vectors a
+  second), search by meaning and hybrid search are timed as keyword search
+  is, recall@10 of the index against exact search on the same vectors, and
+  the vectors' and the index's bytes per message.
 """
 
 from __future__ import annotations
 
+import re
 import statistics
 import threading
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
+import numpy as np
 from psycopg.types.json import Jsonb
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 
 from chatarchive._api import ChatArchive
 from chatarchive._backends.postgresql import bare_connection
+from chatarchive._backends.postgresql.search import (
+    _hnsw_scans,
+    _nearest_statement,
+    index_vectors,
+    vector_index,
+    vector_text,
+)
 from chatarchive._document import parse_messages
+from chatarchive._embeddings import Embedder
+from chatarchive._repository.searching import RANKED_CANDIDATES
 from chatarchive._rows import messages_to_rows
 from chatarchive._schema import SEARCH_TERMS, metadata
+from chatarchive._search import SearchMode
 
 from .workload import _VOCABULARY, generate_chats
 
@@ -41,6 +60,7 @@ Progress = Callable[[str, int, int], None]
 #: The indexer's wait when nothing is marked, as ``db index --follow --interval``.
 FOLLOW_INTERVAL = 0.25
 _BARE = "bench_bare_messages"
+_WORD = re.compile(r"\w+")
 _TEXT = "The primer dimers formed because the annealing temperature was too low; raise it and rerun the gel."
 
 
@@ -64,7 +84,7 @@ def measure_search(
         figures |= _lag(archive, engine, progress)
         figures |= _at_scale(archive, engine, scale, progress)
     finally:
-        archive.configure_search(indexing=before.indexing)
+        archive.configure_search(indexing=before.indexing, embedder=before.embedder or False)
         with engine.begin() as connection:
             connection.execute(text(f"DROP TABLE IF EXISTS {_BARE}"))
     return figures
@@ -193,40 +213,60 @@ def _at_scale(
     progress(f"search: generating {scale:,} messages", 0, 1)
     docs = list(generate_chats(max(1, scale // per_chat), per_chat, seed=7))
     messages = sum(len(doc["messages"]) for doc in docs)
-    archive.configure_search(indexing="deferred")
     tables = [table.name for table in metadata.sorted_tables if table.name != "archive_settings"]
     with engine.begin() as connection:
         connection.execute(text(f"TRUNCATE {', '.join([*tables, SEARCH_TERMS])}"))
+        vectors = _has_pgvector(connection)
+    embedder = synthetic_embedder() if vectors else None
+    archive.configure_search(indexing="deferred", embedder=embedder or False)
+    if embedder is not None:  # built after the load, and timed
+        with engine.begin() as connection:
+            index_vectors(connection, None, None)
     progress(f"search: save_many of {messages:,} messages, deferred", 0, 1)
     start = time.perf_counter()
     archive.save_many(docs, writers=2)
     loaded = time.perf_counter() - start
     del docs
-    progress(f"search: indexing {messages:,} messages", 0, 1)
+    progress(f"search: indexing {messages:,} messages" + (" and their vectors" if vectors else ""), 0, 1)
     start = time.perf_counter()
     archive.index_pending(batch_size=500)
     caught_up = time.perf_counter() - start
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
-        connection.execute(text("VACUUM ANALYZE"))  # as autovacuum would have it
     figures: dict[str, float | None] = {
         "scale_messages": float(messages),
         "scale_save_many_deferred_2_writers_messages_per_s": messages / loaded,
-        "scale_index_catch_up_messages_per_s": messages / caught_up,
+        (
+            "scale_index_catch_up_with_vectors_messages_per_s"
+            if vectors
+            else "scale_index_catch_up_messages_per_s"
+        ): (messages / caught_up),
     }
+    if embedder is not None:
+        figures |= _build_vector_index(engine, embedder, progress)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        connection.execute(text("VACUUM ANALYZE"))  # as autovacuum would have it
     common = _VOCABULARY[:10]
     rare = _VOCABULARY[-40:-20]
-    for name, words in (("common", common), ("rare", rare)):
-        for word in words[:3]:
-            archive.search(word)  # warm up
-        timings = []
-        for round_ in range(5):
-            for index, word in enumerate(words):
-                progress(f"search: {name} words at {messages:,}", round_ * len(words) + index, 5 * len(words))
-                start = time.perf_counter()
-                archive.search(word)
-                timings.append((time.perf_counter() - start) * 1000)
-        figures[f"scale_search_{name}_p50_ms"] = _median(timings)
-        figures[f"scale_search_{name}_p95_ms"] = _p95(timings)
+    modes: tuple[SearchMode, ...] = ("keyword", "vector", "hybrid") if vectors else ("keyword",)
+    for mode in modes:
+        for name, words in (("common", common), ("rare", rare)):
+            for word in words[:3]:
+                archive.search(word, mode=mode)  # warm up
+            timings = []
+            for round_ in range(5):
+                for index, word in enumerate(words):
+                    progress(
+                        f"search: {mode}, {name} words at {messages:,}",
+                        round_ * len(words) + index,
+                        5 * len(words),
+                    )
+                    start = time.perf_counter()
+                    archive.search(word, mode=mode, limit=10)
+                    timings.append((time.perf_counter() - start) * 1000)
+            label = "" if mode == "keyword" else f"{mode}_"
+            figures[f"scale_search_{label}{name}_p50_ms"] = _median(timings)
+            figures[f"scale_search_{label}{name}_p95_ms"] = _p95(timings)
+    if embedder is not None:
+        figures |= _recall(engine, embedder, progress)
     with engine.connect() as connection:
 
         def size(expression: str) -> int:
@@ -237,4 +277,83 @@ def _at_scale(
             size("pg_relation_size('ix_message_terms_terms')") / messages
         )
         figures["scale_messages_bytes_per_message"] = size("pg_total_relation_size('messages')") / messages
+        if embedder is not None:
+            figures["scale_vectors"] = float(size("count(*) FROM embeddings"))
+            figures["scale_vectors_bytes_per_message"] = size("pg_relation_size('embeddings')") / messages
+            built = vector_index(embedder.name, embedder.dimension)
+            figures["scale_vector_index_bytes_per_message"] = size(f"pg_relation_size('{built}')") / messages
     return figures
+
+
+# -- vectors ---------------------------------------------------------------------------------
+
+#: The synthetic embedder's dimension: that of the small sentence models
+#: (all-MiniLM-L6-v2, bge-small) users run beside an archive.
+DIMENSION = 384
+#: How many words of a text the synthetic embedder reads.
+_EMBEDDED_WORDS = 32
+_TABLE_ROWS = 1 << 16
+#: Queries of the recall measure, and the hits each is compared by.
+RECALL_QUERIES = 50
+RECALL_AT = 10
+
+
+def synthetic_embedder() -> Embedder:
+    """A stand-in for a sentence model (the archive ships none): the sum of a
+    fixed random vector per word over a text's first words. Texts that share
+    words come out near each other, as a model's do for texts that share
+    meaning; it costs the bench little time of its own."""
+    table = np.random.default_rng(384).standard_normal((_TABLE_ROWS, DIMENSION), dtype=np.float32)
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        rows = np.zeros((len(texts), DIMENSION), dtype=np.float32)
+        for index, text_ in enumerate(texts):
+            words = _WORD.findall(text_.lower())[:_EMBEDDED_WORDS]
+            if words:
+                rows[index] = table[[zlib.crc32(word.encode()) % _TABLE_ROWS for word in words]].sum(axis=0)
+        vectors: list[list[float]] = rows.tolist()
+        return vectors
+
+    return Embedder("bench-synthetic-384", DIMENSION, embed)
+
+
+def _has_pgvector(connection: Connection) -> bool:
+    query = text("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")
+    return connection.execute(query).first() is not None
+
+
+def _build_vector_index(engine: Engine, embedder: Embedder, progress: Progress) -> dict[str, float | None]:
+    """Build the HNSW index of the stored vectors, as ``configure_search``
+    does, with the memory an operator gives a build (``maintenance_work_mem``)."""
+    progress("search: building the HNSW index of the vectors", 0, 1)
+    with engine.begin() as connection:
+        count = int(connection.execute(text("SELECT count(*) FROM embeddings")).scalar_one())
+        connection.execute(text("SET LOCAL maintenance_work_mem = '4GB'"))
+        start = time.perf_counter()
+        index_vectors(connection, embedder.name, embedder.dimension)
+        built = time.perf_counter() - start
+    return {"scale_vector_index_build_vectors_per_s": count / built}
+
+
+def _recall(engine: Engine, embedder: Embedder, progress: Progress) -> dict[str, float | None]:
+    """recall@10 of the HNSW index as a search scans it (``hnsw.ef_search``
+    as ``search`` sets it), against exact nearest neighbours of the same vectors."""
+    queries = [
+        " ".join(message["content"].split()[:12])
+        for doc in generate_chats(RECALL_QUERIES, 2, seed=11)
+        for message in doc["messages"][:1]
+        if isinstance(message["content"], str)
+    ][:RECALL_QUERIES]
+    statement = _nearest_statement(embedder.name, embedder.dimension, "", candidates=RECALL_AT)
+    found = 0
+    with engine.connect() as connection:
+        for index, query in enumerate(queries):
+            progress("search: recall of the HNSW index", index, len(queries))
+            params = {"vector": vector_text(embedder.vectors([query])[0])}
+            with _hnsw_scans(connection, RANKED_CANDIDATES):
+                near = {tuple(row[:2]) for row in connection.execute(statement, params)}
+            with connection.begin_nested() if connection.in_transaction() else connection.begin():
+                connection.execute(text("SET LOCAL enable_indexscan = off"))
+                exact = {tuple(row[:2]) for row in connection.execute(statement, params)}
+            found += len(near & exact)
+    return {"scale_vector_recall_at_10": found / (RECALL_AT * len(queries))}
