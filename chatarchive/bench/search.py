@@ -346,14 +346,13 @@ def _recall(engine: Engine, embedder: Embedder, progress: Progress) -> dict[str,
     ][:RECALL_QUERIES]
     statement = _nearest_statement(embedder.name, embedder.dimension, "", candidates=RECALL_AT)
     found = 0
-    with engine.connect() as connection:
-        for index, query in enumerate(queries):
-            progress("search: recall of the HNSW index", index, len(queries))
-            params = {"vector": vector_text(embedder.vectors([query])[0])}
-            with _hnsw_scans(connection, RANKED_CANDIDATES):
-                near = {tuple(row[:2]) for row in connection.execute(statement, params)}
-            with connection.begin_nested() if connection.in_transaction() else connection.begin():
-                connection.execute(text("SET LOCAL enable_indexscan = off"))
-                exact = {tuple(row[:2]) for row in connection.execute(statement, params)}
-            found += len(near & exact)
+    for index, query in enumerate(queries):
+        progress("search: recall of the HNSW index", index, len(queries))
+        params = {"vector": vector_text(embedder.vectors([query])[0])}
+        with engine.connect() as connection, _hnsw_scans(connection, RANKED_CANDIDATES):
+            near = {tuple(row[:2]) for row in connection.execute(statement, params)}
+        with engine.begin() as connection:  # the same statement, every vector compared
+            connection.execute(text("SET LOCAL enable_indexscan = off"))
+            exact = {tuple(row[:2]) for row in connection.execute(statement, params)}
+        found += len(near & exact)
     return {"scale_vector_recall_at_10": found / (RECALL_AT * len(queries))}
