@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from chatarchive import (
     AsyncChatArchive,
@@ -19,7 +19,9 @@ from chatarchive import (
     Embedder,
     EmbedderError,
     InvalidArgument,
+    NotSupported,
     SchemaNotReady,
+    create_engine,
     register_embedder,
 )
 from chatarchive._embeddings import _REGISTERED
@@ -349,3 +351,32 @@ def test_vectors_cost_nothing_when_no_embedder_is_configured(archive: ChatArchiv
     archive.save_many(CHATS)
     with archive.engine.connect() as connection:
         assert connection.execute(select(func.count()).select_from(tables.embeddings)).scalar_one() == 0
+
+
+def test_a_server_without_pgvector_says_search_by_meaning_needs_it(
+    pg_archive: tuple[ChatArchive, str],
+) -> None:
+    """A server whose catalog offers no pgvector (each connection sees an empty
+    list of available extensions, as on a server without it installed)."""
+    _, url = pg_archive
+    engine = create_engine(url)
+
+    @event.listens_for(engine, "connect")
+    def without_pgvector(dbapi_connection: Any, _record: Any) -> None:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute(
+                "CREATE TEMP VIEW pg_available_extensions AS "
+                "SELECT name, default_version, installed_version, comment FROM pg_catalog.pg_available_extensions "
+                "WHERE name <> 'vector'"
+            )
+        dbapi_connection.commit()
+
+    with ChatArchive(engine=engine) as archive:
+        archive.save_many(CHATS)
+        with pytest.raises(NotSupported, match="needs the pgvector extension, which this server lacks"):
+            archive.configure_search(embedder=meanings())
+        assert archive.search_settings().embedder is None
+        assert found(archive.search("car")) == [("pets", 1)]
+        with pytest.raises(SchemaNotReady, match="needs an embedder"):
+            archive.search("car", mode="hybrid")
+    engine.dispose()
