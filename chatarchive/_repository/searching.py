@@ -176,13 +176,16 @@ def _forget(unit: Unit, /, current: SearchSettings, starts: Sequence[tuple[str, 
     unit.backend.delete_terms(unit.executor, starts)
     if current.embedder is None:  # no vectors are kept
         return
-    embeddings = tables.embeddings
-    for chat_id, position in starts:
+    if starts:  # one statement, run for every chat in one round trip
         unit.execute(
-            delete_rows(embeddings).where(
-                embeddings.c.chat_id == chat_id, embeddings.c.message_position >= position
-            )
+            _DELETE_VECTORS, [{"forgotten": chat_id, "from": position} for chat_id, position in starts]
         )
+
+
+_DELETE_VECTORS = delete_rows(tables.embeddings).where(
+    tables.embeddings.c.chat_id == bindparam("forgotten"),
+    tables.embeddings.c.message_position >= bindparam("from"),
+)
 
 
 def _mark(unit: Unit, /, chat_id: str, position: int) -> None:
