@@ -184,6 +184,7 @@ def test_distribute_moves_stored_chats_records_it_and_is_idempotent(citus_url: U
             "checkpoints",
             "checkpoint_blobs",
             "checkpoint_writes",
+            "embeddings",
         }
 
 

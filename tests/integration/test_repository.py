@@ -368,6 +368,7 @@ def test_save_replaces_the_whole_chat(repo: ChatRepository, session: Session) ->
         "checkpoints": 0,
         "checkpoint_blobs": 0,
         "checkpoint_writes": 0,
+        "embeddings": 0,
     }
 
 
