@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event, func, select
+from sqlalchemy import event, func, select, text
 
 from chatarchive import (
     AsyncChatArchive,
@@ -24,6 +24,7 @@ from chatarchive import (
     create_engine,
     register_embedder,
 )
+from chatarchive._backends.postgresql.search import _hnsw_scans
 from chatarchive._embeddings import _REGISTERED
 from chatarchive._repository.searching import RRF_K
 from chatarchive._schema import tables
@@ -380,3 +381,28 @@ def test_a_server_without_pgvector_says_search_by_meaning_needs_it(
         with pytest.raises(SchemaNotReady, match="needs an embedder"):
             archive.search("car", mode="hybrid")
     engine.dispose()
+
+
+def test_the_hnsw_index_is_built_and_scanned_wide_enough_for_recall(
+    pg_archive: tuple[ChatArchive, str],
+) -> None:
+    """The index has more links than pgvector's default; a scan keeps four
+    times the candidates a search ranks, or the operator's own larger
+    ``hnsw.ef_search``, and the connection's setting is as it was after."""
+    archive, _ = pg_archive
+    archive.configure_search(embedder=meanings())
+    with archive.engine.connect() as connection:
+        definition = connection.execute(
+            text("SELECT indexdef FROM pg_indexes WHERE indexname LIKE 'ix_embeddings_vectors_%'")
+        ).scalar_one()
+        assert "m='24'" in definition and "ef_construction='128'" in definition
+        connection.execute(text("LOAD 'vector'"))
+        setting = text("SELECT current_setting('hnsw.ef_search')")
+        with _hnsw_scans(connection, 100):
+            assert connection.execute(setting).scalar_one() == "400"
+        with _hnsw_scans(connection, 5000):
+            assert connection.execute(setting).scalar_one() == "1000"
+        connection.execute(text("SET hnsw.ef_search = 700"))
+        with _hnsw_scans(connection, 100):
+            assert connection.execute(setting).scalar_one() == "700"
+        assert connection.execute(setting).scalar_one() == "700"
