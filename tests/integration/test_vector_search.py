@@ -395,7 +395,8 @@ def test_the_hnsw_index_is_built_and_scanned_wide_enough_for_recall(
         definition = connection.execute(
             text("SELECT indexdef FROM pg_indexes WHERE indexname LIKE 'ix_embeddings_vectors_%'")
         ).scalar_one()
-        assert "m='24'" in definition and "ef_construction='128'" in definition
+        assert "m='24'" in definition
+        assert "ef_construction='128'" in definition
         connection.execute(text("LOAD 'vector'"))
         setting = text("SELECT current_setting('hnsw.ef_search')")
         with _hnsw_scans(connection, 100):
