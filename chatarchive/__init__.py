@@ -46,6 +46,7 @@ from ._exceptions import (
     UserScopeError,
 )
 from ._repository.bulk import OnError
+from ._repository.prices import Cost, ModelPrice
 from ._repository.writes import ChatChanges
 from ._schema import is_archive_table
 from ._search import SearchHit, SearchResults
@@ -71,6 +72,7 @@ __all__ = [
     "ChatTree",
     "ConflictError",
     "ContentPart",
+    "Cost",
     "DatabaseError",
     "Distribution",
     "Embedder",
@@ -81,6 +83,7 @@ __all__ = [
     "InvalidDocument",
     "Limits",
     "Message",
+    "ModelPrice",
     "NotSupported",
     "OnError",
     "SchemaNotReady",

@@ -29,6 +29,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 from . import _admin
 from ._arguments import require_many
 from ._repository import analytics, bulk, reads, streaming, writes
+from ._repository import prices as pricing
 from ._repository.batches import Batches, PreparedBatch, prepared_batches
 from ._repository.plans import (
     Connected,
@@ -558,6 +559,9 @@ class ChatOperations:
     user_activity = reading(analytics.user_activity)
     tool_usage = reading(analytics.tool_usage)
     feedback_summary = reading(analytics.feedback_summary)
+    cost = reading(pricing.cost)
+    prices = reading(pricing.prices)
+    load_prices = writing(pricing.load_prices)
 
 
 class ArchiveOperations:

@@ -51,6 +51,7 @@ __all__ = [
     "ContentPartRow",
     "FeedbackRow",
     "MessageRow",
+    "ModelPriceRow",
     "SettingRow",
     "Tables",
     "TagRow",
@@ -75,7 +76,7 @@ NAMING_CONVENTION = {
 
 #: The Alembic revision these models correspond to (a test keeps it equal to
 #: the newest migration).
-SCHEMA_REVISION = "0015"
+SCHEMA_REVISION = "0016"
 
 #: chatarchive's own Alembic version table, so that an application using Alembic
 #: for its own tables can share the database.
@@ -448,6 +449,33 @@ class EmbeddingRow(Base):
     )
 
 
+class ModelPriceRow(Base):
+    """A model's prices per million tokens from ``valid_from`` on, until the
+    model's next price (``valid_until``, which the archive keeps)."""
+
+    __tablename__ = "model_prices"
+
+    model: Mapped[str] = mapped_column(primary_key=True)
+    valid_from: Mapped[datetime] = mapped_column(primary_key=True)
+    valid_until: Mapped[datetime | None]
+    provider: Mapped[str | None]
+    currency: Mapped[str]
+    input_per_million: Mapped[float]
+    output_per_million: Mapped[float]
+    cached_input_per_million: Mapped[float | None]
+    reasoning_per_million: Mapped[float | None]
+
+    __table_args__ = (
+        CheckConstraint(
+            "input_per_million >= 0 AND output_per_million >= 0 "
+            "AND (cached_input_per_million IS NULL OR cached_input_per_million >= 0) "
+            "AND (reasoning_per_million IS NULL OR reasoning_per_million >= 0)",
+            name="prices_not_negative",
+        ),
+        CheckConstraint("valid_until IS NULL OR valid_until > valid_from", name="valid_until_after_from"),
+    )
+
+
 class SettingRow(Base):
     """The archive's settings, by name (its search configuration)."""
 
@@ -460,6 +488,11 @@ class SettingRow(Base):
 EMBEDDINGS_COMMENT = (
     "The vector of each message's text by the archive's embedding model, for search by meaning "
     "(written with the search terms, or by chatarchive db index)."
+)
+
+MODEL_PRICES_COMMENT = (
+    "Models' prices per million tokens, each valid from a moment until the model's next price "
+    "(chatarchive prices load); the view message_costs prices each message by them."
 )
 
 #: What every table and column means; on PostgreSQL these are the COMMENTs that
@@ -486,6 +519,7 @@ TABLE_COMMENTS = {
     ),
     "checkpoint_writes": "Writes of tasks to channels, pending at a checkpoint.",
     "embeddings": EMBEDDINGS_COMMENT,
+    "model_prices": MODEL_PRICES_COMMENT,
 }
 CHAT_USER_COMMENT = (
     "The chat's user (chats.user_id), kept in step with it: what row-level security reads "
@@ -617,6 +651,17 @@ COLUMN_COMMENTS = {
         ),
         "chat_user_id": CHAT_USER_COMMENT,
     },
+    "model_prices": {
+        "model": "The model's name, as messages.model (or chats.model) has it.",
+        "valid_from": "From when the price applies (to messages created then or later).",
+        "valid_until": "Until when it applies (exclusive): the model's next valid_from; null: still.",
+        "provider": "Who sells the model (for people; the model's name picks the price).",
+        "currency": "The prices' currency (one for the whole archive).",
+        "input_per_million": "Price of a million prompt (input) tokens.",
+        "output_per_million": "Price of a million completion (output) tokens.",
+        "cached_input_per_million": "Price of a million cached prompt tokens (null: as input).",
+        "reasoning_per_million": "Price of a million reasoning tokens (null: as output).",
+    },
     "checkpoint_writes": {
         "chat_id": "The thread's chat.",
         "checkpoint_ns": "The graph's namespace.",
@@ -667,6 +712,7 @@ class Tables:
     checkpoint_blobs: Table
     checkpoint_writes: Table
     embeddings: Table
+    model_prices: Table
 
 
 #: The archive's tables (``tables.chats``, ``tables.messages``...).

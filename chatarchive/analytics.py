@@ -48,16 +48,21 @@ from ._repository.analytics import (
     UserActivity,
     WorkflowUsage,
 )
+from ._repository.prices import Cost, CostGroup, ModelPrice
 
 __all__ = [
     "READY_QUERIES",
+    "Cost",
+    "CostGroup",
     "DailyUsage",
     "FeedbackSummary",
     "Filters",
+    "ModelPrice",
     "ModelUsage",
     "ToolUsage",
     "UserActivity",
     "WorkflowUsage",
+    "cost",
     "daily_usage",
     "feedback_summary",
     "model_usage",
@@ -206,3 +211,11 @@ def feedback_summary(source: Source, **filters: Unpack[Filters]) -> list[Feedbac
     """Feedback count, mean score and positive/negative shares per model and
     workflow: ``archive.feedback_summary(...)``."""
     return _face(source).feedback_summary(**filters)
+
+
+def cost(source: Source, by: CostGroup = "model", **filters: Unpack[Filters]) -> list[Cost]:
+    """What messages cost per user, model, UTC day or chat, at the price of
+    their model valid when each was created (the view ``message_costs``; prices
+    loaded with ``archive.load_prices`` or ``chatarchive prices load``):
+    ``archive.cost(by=...)``."""
+    return _face(source).cost(by, **filters)

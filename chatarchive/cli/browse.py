@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from functools import partial
 
 import click
+from pydantic import BaseModel
 
 from chatarchive import analytics
 from chatarchive._arguments import require_moment
 from chatarchive._document import ChatFilter
+from chatarchive._repository.prices import COST_GROUPS
 from chatarchive._search import SEARCH_MODES, SearchMode
 
 from .app import (
@@ -17,6 +20,7 @@ from .app import (
     before_options,
     chat_filter_options,
     count_of_chats,
+    fail,
     main,
     moment,
     until_of,
@@ -162,7 +166,17 @@ _STATS = {
 
 @main.command("stats")
 @click.option(
-    "--by", "by", type=click.Choice(list(_STATS)), default="day", show_default=True, help="Group by."
+    "--by",
+    "by",
+    type=click.Choice([*_STATS, "chat"]),
+    default="day",
+    show_default=True,
+    help="Group by ('chat' with --cost only).",
+)
+@click.option(
+    "--cost",
+    is_flag=True,
+    help="What the messages cost per day, model, user or chat, at the prices loaded with 'prices load'.",
 )
 @click.option("--since", type=moment, help="From this day or time (UTC if no offset), inclusive.")
 @click.option("--until", type=moment, help="Up to this day or time, exclusive.")
@@ -174,6 +188,7 @@ _STATS = {
 )
 def stats(
     by: str,
+    cost: bool,
     since: datetime | None,
     until: datetime | None,
     user_id: str | None,
@@ -181,24 +196,37 @@ def stats(
     workflow: str | None,
     fmt: str,
 ) -> None:
-    """Usage statistics: per day, model, tool, user, workflow, or feedback."""
-    query = getattr(analytics, _STATS[by])
-    rows = query(
-        archive(),
-        since=since,
-        until=until,
-        user_id=user_id,
-        model=model,
-        workflow=workflow,
-    )
-    if fmt == "table":
-        print_stats(by, [row.model_dump() for row in rows])
-        return
-    records = [row.model_dump(mode="json") for row in rows]
-    if fmt == "json":
-        echo_json(records)
+    """Usage statistics: per day, model, tool, user, workflow, or feedback; or cost."""
+    filters: analytics.Filters = {
+        "since": since,
+        "until": until,
+        "user_id": user_id,
+        "model": model,
+        "workflow": workflow,
+    }
+    if cost:
+        if by not in COST_GROUPS:
+            fail(f"--cost groups by {', '.join(COST_GROUPS)}, not {by}")
+        rows: Sequence[BaseModel] = analytics.cost(archive(), by, **filters)
+    elif by == "chat":
+        fail("--by chat needs --cost")
     else:
-        write_csv(records)
+        rows = getattr(analytics, _STATS[by])(archive(), **filters)
+    if fmt == "table":
+        records = [row.model_dump() for row in rows]
+        if cost:  # a few thousandths of a cent add up: six decimals
+            records = [record | {"cost": _money(record["cost"])} for record in records]
+        print_stats(by, records)
+        return
+    dumped = [row.model_dump(mode="json") for row in rows]
+    if fmt == "json":
+        echo_json(dumped)
+    else:
+        write_csv(dumped)
+
+
+def _money(value: float | None) -> str | None:
+    return None if value is None else f"{value:.6f}"
 
 
 @main.command("search")

@@ -169,9 +169,10 @@ def test_distribute_moves_stored_chats_records_it_and_is_idempotent(citus_url: U
             ).fetchall()
         assert shards == (2,)  # on both workers
         kinds = {name: kind for name, kind, _ in placed}
-        assert kinds.pop("archive_settings") == "reference"
+        reference = {"archive_settings", "model_prices"}  # the archive's own, on every node
+        assert {kinds.pop(name) for name in reference} == {"reference"}
         assert set(kinds.values()) == {"distributed"}
-        assert len({colocation for name, _, colocation in placed if name != "archive_settings"}) == 1
+        assert len({colocation for name, _, colocation in placed if name not in reference}) == 1
         assert set(kinds) == {
             "chats",
             "chat_tags",
@@ -335,7 +336,7 @@ def test_a_migration_s_lock_timeout_holds_on_the_workers(distributed: ChatArchiv
         worker.execute("SET citus.override_table_visibility TO off")  # show the shards
         worker.execute("SET citus.enable_manual_changes_to_shards TO on")  # and lock them
         shards = worker.execute(
-            "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname ~ '^(chats|messages|message_terms)_[0-9]+$'"
+            "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname ~ '^(chats|messages|message_terms|model_prices)_[0-9]+$'"
         ).fetchall()
         assert shards
         for (shard,) in shards:

@@ -40,7 +40,15 @@ from chatarchive.cli import main
 from tests.support.databases import libpq
 
 ROOT = Path(__file__).resolve().parents[2]
-VIEWS = {"message_texts", "tool_call_results", "chat_stats", "daily_usage", "feedback_summary", "active_path"}
+VIEWS = {
+    "message_texts",
+    "tool_call_results",
+    "chat_stats",
+    "daily_usage",
+    "feedback_summary",
+    "active_path",
+    "message_costs",
+}
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
