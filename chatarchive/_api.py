@@ -33,6 +33,7 @@ from ._operations import ArchiveOperations, AsyncFace, ChatOperations, SyncFace
 from ._repository.appends import Guesses
 from ._repository.plans import Connected, FaceFacts, Kind, Step
 from ._repository.unit import Unit
+from .redaction import Redactor, check_redactor
 
 __all__ = ["AsyncChatArchive", "AsyncChatRepository", "ChatArchive", "ChatRepository"]
 
@@ -47,10 +48,13 @@ _AnyEngine = TypeVar("_AnyEngine", Engine, AsyncEngine)
 class _Archive(Generic[_AnyEngine]):
     """What is not I/O in an archive: its engine, user, limits and state."""
 
-    def _set_up(self, engine: _AnyEngine, limits: Limits | None, *, owns_engine: bool) -> None:
+    def _set_up(
+        self, engine: _AnyEngine, limits: Limits | None, redactor: Redactor | None, *, owns_engine: bool
+    ) -> None:
         self._engine: _AnyEngine = engine
         self._backend: Backend = backend_of(engine)
         self._limits = check_limits(limits)
+        self._redactor = check_redactor(redactor)
         self._owns_engine = owns_engine
         self._owner: _Archive[_AnyEngine] | None = None  # for_user: the archive whose engine it shares
         self._user_id: str | None = None
@@ -98,13 +102,19 @@ class _Archive(Generic[_AnyEngine]):
             user_id=self._user_id,
             limits=self._limits,
             commits_each_step=True,
+            redactor=self._redactor,
             url=self.url,
             guesses=self._guesses,
         )
 
     def _unit(self, executor: Session | Connection, *, savepoints: bool) -> Unit:
         return Unit(
-            executor, backend=self._backend, user_id=self._user_id, limits=self._limits, savepoints=savepoints
+            executor,
+            backend=self._backend,
+            user_id=self._user_id,
+            limits=self._limits,
+            savepoints=savepoints,
+            redactor=self._redactor,
         )
 
     def _require_open(self) -> None:
@@ -172,6 +182,9 @@ class ChatArchive(ChatOperations, ArchiveOperations, _Archive[Engine], SyncFace)
             ``postgresql://`` URLs use psycopg 3.
         engine: use this engine instead of creating one from ``url``.
         limits: the largest input accepted (``Limits``; defaults if not given).
+        redactor: replaces what must not be stored (e-mail addresses, card
+            numbers, API keys...) in every write, before any row is written
+            (see ``chatarchive.redaction``); ``None``: text is stored as given.
         statement_timeout: seconds after which PostgreSQL cancels a statement
             (the call then raises ``DatabaseError`` and changes nothing).
         **engine_options: passed to ``sqlalchemy.create_engine``.
@@ -195,6 +208,7 @@ class ChatArchive(ChatOperations, ArchiveOperations, _Archive[Engine], SyncFace)
         engine: Engine | None = None,
         limits: Limits | None = None,
         statement_timeout: float | None = None,
+        redactor: Redactor | None = None,
         **engine_options: Any,
     ) -> None:
         owns_engine = engine is None
@@ -204,7 +218,7 @@ class ChatArchive(ChatOperations, ArchiveOperations, _Archive[Engine], SyncFace)
             # its connections all the same, rather than leaving them to the
             # garbage collector (Python 3.13's sqlite3 warns of each one).
             weakref.finalize(self, engine.dispose)
-        self._set_up(engine, limits, owns_engine=owns_engine)
+        self._set_up(engine, limits, redactor, owns_engine=owns_engine)
 
     @property
     def engine(self) -> Engine:
@@ -216,7 +230,7 @@ class ChatArchive(ChatOperations, ArchiveOperations, _Archive[Engine], SyncFace)
         chats (another user's chat is reported as not found), and saved chats
         belong to that user. On PostgreSQL, each transaction also sets
         ``chatarchive.user_id`` for row-level security (``chatarchive db rls on``)."""
-        scoped = ChatArchive(engine=self._engine, limits=self._limits)
+        scoped = ChatArchive(engine=self._engine, limits=self._limits, redactor=self._redactor)
         self._scoped(scoped, user_id)
         return scoped
 
@@ -244,7 +258,9 @@ class ChatArchive(ChatOperations, ArchiveOperations, _Archive[Engine], SyncFace)
         with _one_write_at_a_time(self._engine):
             self._require_schema()
             with database_errors(), self._writer.begin() as connection:
-                repository = ChatRepository(connection, limits=self._limits, user_id=self._user_id)
+                repository = ChatRepository(
+                    connection, limits=self._limits, user_id=self._user_id, redactor=self._redactor
+                )
                 try:
                     yield repository
                 finally:
@@ -319,6 +335,7 @@ class AsyncChatArchive(ChatOperations, ArchiveOperations, _Archive[AsyncEngine],
         url: as for ``ChatArchive`` (SQLite URLs use aiosqlite).
         engine: an ``AsyncEngine`` to use instead.
         limits: the largest input accepted.
+        redactor: replaces what must not be stored, in every write (see ``ChatArchive``).
         statement_timeout: seconds after which PostgreSQL cancels a statement.
         **engine_options: passed to ``create_async_engine``.
 
@@ -334,12 +351,13 @@ class AsyncChatArchive(ChatOperations, ArchiveOperations, _Archive[AsyncEngine],
         engine: AsyncEngine | None = None,
         limits: Limits | None = None,
         statement_timeout: float | None = None,
+        redactor: Redactor | None = None,
         **engine_options: Any,
     ) -> None:
         owns_engine = engine is None
         if engine is None:
             engine = create_async_engine(url, statement_timeout=statement_timeout, **engine_options)
-        self._set_up(engine, limits, owns_engine=owns_engine)
+        self._set_up(engine, limits, redactor, owns_engine=owns_engine)
 
     @property
     def engine(self) -> AsyncEngine:
@@ -348,7 +366,7 @@ class AsyncChatArchive(ChatOperations, ArchiveOperations, _Archive[AsyncEngine],
 
     def for_user(self, user_id: str) -> AsyncChatArchive:
         """The same archive seen by one user; see ``ChatArchive.for_user``."""
-        scoped = AsyncChatArchive(engine=self._engine, limits=self._limits)
+        scoped = AsyncChatArchive(engine=self._engine, limits=self._limits, redactor=self._redactor)
         self._scoped(scoped, user_id)
         return scoped
 
@@ -375,7 +393,9 @@ class AsyncChatArchive(ChatOperations, ArchiveOperations, _Archive[AsyncEngine],
             await self._require_schema()
             with database_errors():
                 async with self._writer.begin() as connection:
-                    repository = AsyncChatRepository(connection, limits=self._limits, user_id=self._user_id)
+                    repository = AsyncChatRepository(
+                        connection, limits=self._limits, user_id=self._user_id, redactor=self._redactor
+                    )
                     try:
                         yield repository
                     finally:
@@ -478,10 +498,12 @@ class _Repository(Generic[SessionOrConnection]):
         savepoints: bool = True,
         limits: Limits | None = None,
         user_id: str | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         self._session: SessionOrConnection = session
         self._savepoints = require_flag(savepoints, "savepoints")
         self._limits = check_limits(limits)
+        self._redactor = check_redactor(redactor)
         self._user_id = None if user_id is None else require_user_id(user_id)
         self._ended = False
         self._turn = self._one_call_at_a_time()
@@ -503,7 +525,13 @@ class _Repository(Generic[SessionOrConnection]):
             )
 
     def _facts_of(self, backend: Backend) -> FaceFacts:
-        return FaceFacts(backend=backend, user_id=self._user_id, limits=self._limits, commits_each_step=False)
+        return FaceFacts(
+            backend=backend,
+            user_id=self._user_id,
+            limits=self._limits,
+            commits_each_step=False,
+            redactor=self._redactor,
+        )
 
     def _unit_of(self, executor: Session | Connection) -> Unit:
         return Unit(
@@ -512,6 +540,7 @@ class _Repository(Generic[SessionOrConnection]):
             user_id=self._user_id,
             limits=self._limits,
             savepoints=self._savepoints,
+            redactor=self._redactor,
         )
 
 
@@ -534,6 +563,8 @@ class ChatRepository(ChatOperations, _Repository[Session | Connection], SyncFace
             reported as not found, saved chats belong to this user, and on
             PostgreSQL the setting ``chatarchive.user_id`` is set for
             row-level security (see ``chatarchive db rls``).
+        redactor: replaces what must not be stored, in every write (see
+            ``chatarchive.redaction``).
 
     Calls made at once from several threads take turns on the session.
     """

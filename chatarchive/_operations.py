@@ -315,6 +315,7 @@ def _prepared(prepare: Prepare, docs: Any) -> _Batches:
         prepare.batch_size,
         stop_at_error=prepare.stop_at_error,
         limits=prepare.limits,
+        redactor=prepare.redactor,
         abandoned=abandoned,
     )
     return _Batches(batches, abandoned, docs)

@@ -22,6 +22,7 @@ from chatarchive._arguments import require_at_least_one, require_flag, require_m
 from chatarchive._document import ChatDocument, Limits
 from chatarchive._exceptions import InvalidArgument, InvalidDocument
 from chatarchive._rows import ChatRows, document_to_rows
+from chatarchive.redaction import Redactor, redact_document
 
 __all__ = [
     "AHEAD",
@@ -142,6 +143,7 @@ def prepared_batches(
     *,
     stop_at_error: bool,
     limits: Limits | None = None,
+    redactor: Redactor | None = None,
     abandoned: threading.Event | None = None,
 ) -> Batches:
     """Batches of validated documents and their rows, prepared in a background
@@ -183,7 +185,7 @@ def prepared_batches(
                     return
                 batch.size += 1
                 try:
-                    doc = ChatDocument.parse(item, limits=limits)
+                    doc = redact_document(redactor, ChatDocument.parse(item, limits=limits))
                 except InvalidDocument as exc:
                     batch.errors.append((index, exc))
                     if stop_at_error:

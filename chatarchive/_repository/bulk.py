@@ -102,7 +102,9 @@ def save_many(
             partial(save_many, docs=docs, batch_size=batch_size, bulk=True, on_error=on_error)
         )
         return loaded
-    batches = yield Prepare(docs, batch_size, stop_at_error=on_error is None, limits=face.limits)
+    batches = yield Prepare(
+        docs, batch_size, stop_at_error=on_error is None, limits=face.limits, redactor=face.redactor
+    )
     if not face.commits_each_step:
         return (yield from _in_one_transaction(batches, bulk=bulk, on_error=on_error))
     writers = writers if face.backend.parallel_writers else 1

@@ -27,6 +27,7 @@ from chatarchive._arguments import require_text
 from chatarchive._document import ChatDocument, ChatTree, Message
 from chatarchive._exceptions import ChatNotFound, ConflictError
 from chatarchive._schema import tables
+from chatarchive.redaction import redact_messages
 
 from . import reads, writes
 from .chat_rows import lock_row
@@ -510,7 +511,9 @@ def _messages_leaf(
     rest is appended there. The path becomes the active one."""
     if not messages:
         return None
-    wanted = ChatDocument.parse({"chat_id": chat_id, "messages": list(messages)}, limits=unit.limits).messages
+    parsed = ChatDocument.parse({"chat_id": chat_id, "messages": list(messages)}, limits=unit.limits)
+    # Redacted as stored, so that the path already stored is recognized.
+    wanted = redact_messages(unit.redactor, chat_id, parsed.messages)
     if known is not None and known[1] <= len(wanted) and (known[0].leaf is None) == (known[1] == 0):
         leaf, rest = known[0].leaf, wanted[known[1] :]
     else:

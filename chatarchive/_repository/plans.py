@@ -21,6 +21,7 @@ from sqlalchemy import URL, Connection
 
 from chatarchive._backends import Backend
 from chatarchive._document import ChatDocument, Limits
+from chatarchive.redaction import Redactor
 
 if TYPE_CHECKING:
     from .appends import Guesses
@@ -76,6 +77,8 @@ class FaceFacts:
     url: URL | None = None
     #: What the archive last saw of its database (archives only).
     guesses: Guesses | None = None
+    #: What replaces text before it is stored.
+    redactor: Redactor | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,7 @@ class Prepare:
     batch_size: int
     stop_at_error: bool
     limits: Limits | None
+    redactor: Redactor | None = None
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from chatarchive._exceptions import InvalidArgument, InvalidDocument, quoted
 from chatarchive._rows import fold_chunks
 from chatarchive._schema import DOCUMENT_ORDER, tables
 from chatarchive._types import ArchiveText
+from chatarchive.redaction import redact_messages
 
 from . import searching
 from .chat_rows import bump, message_data, require_chat, rewrite_message, stored_message
@@ -145,6 +146,8 @@ def append_chunk(
         raise InvalidDocument(exc.reason, chat_id=chat_id, field="chunk") from None
     if tool_call_index is not None:
         _check_tool_call_index(unit, chat_id, tool_call_index)
+    if unit.redactor is not None:  # piece by piece; the completed message is redacted again, whole
+        chunk = unit.redactor.redact(chunk, chat_id)
     following = (
         select(func.coalesce(func.max(tables.message_chunks.c.position) + 1, 0))
         .where(
@@ -254,7 +257,8 @@ def complete_message(unit: Unit, /, chat_id: str, message_uid: str, **fields: An
             )
         data.update(fields)
         data["completed"] = True
-        message = parse_messages([data], chat_id=chat_id, first_index=position, limits=unit.limits)[0]
+        parsed = parse_messages([data], chat_id=chat_id, first_index=position, limits=unit.limits)
+        (message,) = redact_messages(unit.redactor, chat_id, parsed)
         unit.execute(
             delete_rows(tables.message_chunks).where(
                 tables.message_chunks.c.chat_id == chat_id,

@@ -24,6 +24,7 @@ from chatarchive._document import ChatDocument, Limits
 from chatarchive._exceptions import InvalidDocument
 from chatarchive._schema import tables
 from chatarchive._terms import SearchSettings
+from chatarchive.redaction import Redactor
 
 __all__ = ["NOBODY", "Unit", "now", "scoped_user"]
 
@@ -63,6 +64,7 @@ class Unit:
         backend: the database's backend.
         user_id: the user whose chats the unit may see and write (``None``: any).
         limits: the largest input accepted (``None``: the defaults).
+        redactor: what replaces text before it is stored (``None``: nothing).
         savepoints: wrap each write in a savepoint, so that a failed write
             leaves the transaction as it was (off when the transaction holds
             exactly one operation, which rolls back whole).
@@ -76,11 +78,13 @@ class Unit:
         user_id: str | None,
         limits: Limits | None,
         savepoints: bool,
+        redactor: Redactor | None = None,
     ) -> None:
         self.executor = executor
         self.backend = backend
         self.user_id = user_id
         self.limits = limits
+        self.redactor = redactor
         self.savepoints = savepoints
         #: The archive's search settings, once read (``searching.settings``).
         self.search_settings: SearchSettings | None = None

@@ -44,6 +44,7 @@ from chatarchive._rows import (
     messages_to_rows,
 )
 from chatarchive._schema import in_pieces, tables
+from chatarchive.redaction import Redactor, redact_document, redact_feedback, redact_messages
 
 from . import searching
 from .appends import append_in_one_statement
@@ -134,7 +135,7 @@ def save(unit: Unit, /, doc: ChatDocument | Mapping[str, Any], *, expected_versi
             linear document would replace a chat with branches.
     """
     require_version(expected_version)
-    doc = unit.owned(ChatDocument.parse(doc, limits=unit.limits))
+    doc = unit.owned(redact_document(unit.redactor, ChatDocument.parse(doc, limits=unit.limits)))
     with unit.writing():
         for _ in range(CREATE_ATTEMPTS):
             current = lock_row(unit, doc.chat_id)
@@ -190,7 +191,7 @@ def append(
         InvalidArgument: ``parent`` names no message of the chat.
     """
     optional_text(parent, "parent")
-    parsed, given = _parsed(chat_id, messages, face.limits)
+    parsed, given = _parsed(chat_id, messages, face.limits, face.redactor)
     if (
         parent is None
         and parsed
@@ -231,7 +232,7 @@ def append_messages(
 ) -> list[Message]:
     """``append`` as one write in ``unit`` (for the writes that record
     messages made from API responses)."""
-    parsed, given = _parsed(chat_id, messages, unit.limits)
+    parsed, given = _parsed(chat_id, messages, unit.limits, unit.redactor)
     return _add(unit, chat_id, parsed, given, expected_version=None)
 
 
@@ -256,7 +257,7 @@ def regenerate(
         InvalidArgument: ``message_uid`` names no message of the chat.
     """
     require_text(message_uid, "message_uid")
-    parsed, given = _parsed(chat_id, messages, unit.limits)
+    parsed, given = _parsed(chat_id, messages, unit.limits, unit.redactor)
     return _add(unit, chat_id, parsed, given, expected_version=expected_version, sibling_of=message_uid)
 
 
@@ -287,20 +288,23 @@ def edit(
         edited: dict[str, Any] = {"role": original["role"], "content": content}
         if original["name"] is not None:
             edited["name"] = original["name"]
-        parsed, given = _parsed(chat_id, [edited], unit.limits)
+        parsed, given = _parsed(chat_id, [edited], unit.limits, unit.redactor)
         (message,) = _add(unit, chat_id, parsed, given, expected_version=None, sibling_of=message_uid)
     return message
 
 
 def _parsed(
-    chat_id: str, messages: Iterable[Message | Mapping[str, Any]], limits: Limits | None
+    chat_id: str,
+    messages: Iterable[Message | Mapping[str, Any]],
+    limits: Limits | None,
+    redactor: Redactor | None,
 ) -> tuple[list[Message], list[str]]:
     """Messages to add to a chat, checked, and the uids that came with them
     (a uid generated here, for a mapping without one, is a new random UUID
     that no stored message has: only the given ones need looking up)."""
     require_many(messages, "messages", "messages", chat_id=chat_id)
     messages = list(messages)  # read twice: parsed, then for the uids they came with
-    parsed = parse_messages(messages, chat_id=chat_id, limits=limits)
+    parsed = redact_messages(redactor, chat_id, parse_messages(messages, chat_id=chat_id, limits=limits))
     seen: set[str] = set()
     for index, message in enumerate(parsed):
         if message.uid in seen:
@@ -423,7 +427,9 @@ def add_feedback(unit: Unit, /, chat_id: str, feedback: Feedback | Mapping[str, 
     Returns:
         The feedback as stored (id and timestamp filled in).
     """
-    parsed = parse_feedback(feedback, chat_id=chat_id, limits=unit.limits)
+    parsed = redact_feedback(
+        unit.redactor, chat_id, parse_feedback(feedback, chat_id=chat_id, limits=unit.limits)
+    )
     moment = now()
     known_message = (
         true()
@@ -498,7 +504,9 @@ def update(
         raise InvalidArgument(f"cannot update {sorted(unknown)}", chat_id=chat_id)
     if unit.user_id is not None and "user_id" in changes and changes["user_id"] != unit.user_id:
         raise InvalidDocument(f"user_id must be {unit.user_id!r}", chat_id=chat_id, field="user_id")
-    checked = ChatDocument.parse({"chat_id": chat_id, **changes}, limits=unit.limits)
+    checked = redact_document(
+        unit.redactor, ChatDocument.parse({"chat_id": chat_id, **changes}, limits=unit.limits)
+    )
     values: dict[str, Any] = {name: getattr(checked, name) for name in changes if name != "tags"}
     moment = now()
     with unit.writing():
@@ -571,7 +579,8 @@ def update_message(
                 data.pop(name, None)  # cleared: reads back as never set
             else:
                 data[name] = value.model_dump(mode="json") if isinstance(value, Usage) else value
-        message = parse_messages([data], chat_id=chat_id, first_index=position, limits=unit.limits)[0]
+        parsed = parse_messages([data], chat_id=chat_id, first_index=position, limits=unit.limits)
+        (message,) = redact_messages(unit.redactor, chat_id, parsed)
         rewrite_message(unit, found, message, moment, children=False)
     return message
 

@@ -22,11 +22,13 @@ from rich.progress import (
 )
 
 from chatarchive import formats, importing
+from chatarchive._api import ChatArchive
 from chatarchive._document import ChatFilter
 from chatarchive._exceptions import ChatArchiveError, ImportFailed
 from chatarchive._jsonio import written
 from chatarchive.formats import DATASET_FORMATS, EXPORT_FORMATS, IMPORT_FORMATS
 from chatarchive.formats.finetune import Filters, Selection
+from chatarchive.redaction import REDACTION_KEY_ENV, PatternRedactor
 
 from .app import INTERRUPTED, archive, chat_filter_options, count_of_chats, fail, main, moment
 from .rendering import literal, stderr
@@ -66,8 +68,14 @@ __all__ = ["export", "formats_", "import_"]
     show_default=True,
     help="The records' format; auto detects it for each record.",
 )
+@click.option(
+    "--redact",
+    is_flag=True,
+    help="Replace e-mail addresses, phone numbers, card numbers, IBANs and API keys before anything is "
+    f"stored, with placeholders keyed by ${REDACTION_KEY_ENV} (stable across runs when it is set).",
+)
 def import_(
-    paths: tuple[str, ...], strict: bool, bulk: bool, batch_size: int, writers: int, fmt: str
+    paths: tuple[str, ...], strict: bool, bulk: bool, batch_size: int, writers: int, fmt: str, redact: bool
 ) -> None:
     """Import chats from JSON or JSON Lines files, directories and zip files
     ('-' reads standard input; names ending in .gz, .bz2 or .xz are
@@ -92,6 +100,16 @@ def import_(
     if writers > 1 and (strict or bulk):
         raise click.UsageError("--writers takes one transaction per batch: not with --strict or --bulk")
     target = archive()
+    redactor = None
+    if redact:
+        key = os.environ.get(REDACTION_KEY_ENV)
+        if not key:
+            stderr().print(
+                f"${REDACTION_KEY_ENV} is not set: the placeholders of this import will not match "
+                "those of another"
+            )
+        redactor = PatternRedactor(key=key or None)
+        target = ChatArchive(engine=target.engine, redactor=redactor)
 
     def report(where: str, reason: ChatArchiveError) -> None:
         stderr().print(literal(f"{where}: {reason}"))
@@ -138,6 +156,10 @@ def import_(
         stderr().print(literal(f"{source}: no records (the input is empty)"))
     failed = done.failed
     stderr().print(f"imported {count_of_chats(done.imported)}" + (f", {failed} failed" if failed else ""))
+    if redactor is not None:
+        counts = redactor.counts()
+        found = ", ".join(f"{count} {kind}" for kind, count in counts.items()) if counts else "nothing"
+        stderr().print(f"redacted {found}")
     if failed:
         sys.exit(1)
 
