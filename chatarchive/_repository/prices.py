@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import UTC, date, datetime
-from typing import Any, Literal, Unpack
+from typing import Annotated, Any, Literal, Unpack
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from sqlalchemy import bindparam, case, column, delete, func, select, table, tuple_, update
@@ -44,7 +44,8 @@ CostGroup = Literal["user", "model", "day", "chat"]
 #: What ``cost`` groups by.
 COST_GROUPS: tuple[CostGroup, ...] = ("user", "model", "day", "chat")
 
-Price = float
+#: A price per million tokens: a finite number, not negative.
+Price = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class ModelPrice(BaseModel):
@@ -65,13 +66,13 @@ class ModelPrice(BaseModel):
     #: From when the price applies (a date or a naive time: UTC).
     valid_from: Timestamp
     #: Price of a million prompt (input) tokens.
-    input_per_million: Price = Field(ge=0, allow_inf_nan=False)
+    input_per_million: Price
     #: Price of a million completion (output) tokens.
-    output_per_million: Price = Field(ge=0, allow_inf_nan=False)
+    output_per_million: Price
     #: Price of a million cached prompt tokens (``None``: the input price).
-    cached_input_per_million: Price | None = Field(default=None, ge=0, allow_inf_nan=False)
+    cached_input_per_million: Price | None = None
     #: Price of a million reasoning tokens (``None``: the output price).
-    reasoning_per_million: Price | None = Field(default=None, ge=0, allow_inf_nan=False)
+    reasoning_per_million: Price | None = None
     #: Who sells the model (for people; the model's name picks the price).
     provider: str | None = None
     #: The prices' currency: one for the whole archive.
