@@ -18,7 +18,7 @@ from ._backends.citus import DEFAULT_SHARD_COUNT, Distribution
 from ._embeddings import ENTRY_POINT_GROUP, Embedder, embedder_named
 from ._exceptions import EmbedderError, InvalidArgument, NotSupported, SchemaNotReady, UserScopeError, quoted
 from ._migrations import migrate, problems_of, require_archive_file, require_reachable, revision_of
-from ._repository import searching
+from ._repository import attachments, searching
 from ._repository.plans import Connected, FaceFacts, Plan
 from ._repository.unit import Unit
 from ._schema import SCHEMA_REVISION
@@ -28,6 +28,7 @@ from ._terms import SearchSettings
 R = TypeVar("R")
 
 __all__ = [
+    "attachments_stored_once",
     "check",
     "configure_search",
     "current_revision",
@@ -39,6 +40,7 @@ __all__ = [
     "row_level_security",
     "search_index",
     "search_settings",
+    "set_attachments_stored_once",
     "set_row_level_security",
     "set_search_index",
     "undistribute",
@@ -212,6 +214,43 @@ def set_search_index(face: FaceFacts, /, enabled: bool) -> Plan[None]:
         return
     indexing = "sync" if enabled else "off"
     yield Connected(_on_unit(face, partial(searching.configure, indexing=indexing)), transaction=True)
+
+
+def attachments_stored_once(face: FaceFacts, /) -> Plan[bool]:
+    """Whether the archive stores attachments once (see ``set_attachments_stored_once``)."""
+    enabled: bool = yield Connected(_on_unit(face, attachments.stored_once))
+    return enabled
+
+
+def set_attachments_stored_once(face: FaceFacts, /, enabled: bool) -> Plan[None]:
+    """Store the base64 images, audio and files of content parts once, as
+    bytes in the ``attachments`` table, or (off, the default) inline in the
+    parts' JSON.
+
+    With it on, each part's largest base64 payload of at least 1 KiB (a data
+    URL's, or a bare base64 string's, that encodes back to the same text)
+    is kept once per user under its SHA-256, and the part refers to it: the
+    same image sent in ten turns or ten chats of a user is stored once, in
+    three quarters of its base64 size. Documents come back exactly as they
+    were given, whichever way their parts were stored. Deleting chats,
+    messages or branches deletes the attachments that no remaining part
+    refers to.
+
+    The switch is the archive's (every connection sees it) and applies to
+    writes from then on; turning it off leaves stored attachments where they
+    are.
+
+    Example:
+        >>> from chatarchive import ChatArchive
+        >>> with ChatArchive("sqlite://") as archive:
+        ...     archive.upgrade()
+        ...     archive.set_attachments_stored_once(True)
+        ...     archive.attachments_stored_once()
+        True
+    """
+    _archive_wide(face, "set_attachments_stored_once")
+    require_flag(enabled, "enabled")
+    yield Connected(_on_unit(face, partial(attachments.set_stored_once, enabled=enabled)), transaction=True)
 
 
 def rebuild_search_index(face: FaceFacts, /) -> Plan[None]:

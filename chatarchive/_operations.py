@@ -582,4 +582,6 @@ class ArchiveOperations:
     rebuild_search_index = planned(_admin.rebuild_search_index)
     search_settings = planned(_admin.search_settings)
     configure_search = planned(_admin.configure_search)
+    attachments_stored_once = planned(_admin.attachments_stored_once)
+    set_attachments_stored_once = planned(_admin.set_attachments_stored_once)
     index_pending = planned(_admin.index_pending)

@@ -42,13 +42,20 @@ def unless_distributed(statements: Sequence[str]) -> str:
     return _do(statements, when="NOT distributed")
 
 
-def distribute_new_table(table: str, *, reference: bool = False) -> str:
+def distribute_new_table(table: str, *, reference: bool = False, by: str | None = None) -> str:
     """On a distributed archive: distribute the revision's new ``table`` by
     ``chat_id``, colocated with ``chats`` (``reference``: a copy on every
-    node instead), while it is empty and before any foreign key of its."""
-    call = (
-        f"PERFORM create_reference_table('{table}')"
-        if reference
-        else f"PERFORM create_distributed_table('{table}', 'chat_id', colocate_with => 'chats')"
-    )
+    node instead; ``by``: by that column of its own, in as many shards as
+    ``chats``, colocated with no table), while it is empty and before any
+    foreign key of its."""
+    if reference:
+        call = f"PERFORM create_reference_table('{table}')"
+    elif by is not None:
+        call = (
+            f"PERFORM create_distributed_table('{table}', '{by}', shard_count => "
+            "(SELECT shard_count::int FROM citus_tables WHERE table_name = 'chats'::regclass), "
+            "colocate_with => 'none')"
+        )
+    else:
+        call = f"PERFORM create_distributed_table('{table}', 'chat_id', colocate_with => 'chats')"
     return if_distributed([call])

@@ -323,6 +323,8 @@ def _part_row(chat_id: str, message: int, position: int, part_type: str, text: s
         "text": text,
         "data": data,
         "ordered_json": None,
+        "attachment_sha256": None,
+        "attachment_path": None,
     }
     if data:
         row["ordered_json"] = ordered_json(row, _PART_ORDERED)

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     CheckConstraint,
     Column,
@@ -42,6 +43,7 @@ __all__ = [
     "TAIL_START",
     "VECTOR_INDEX",
     "VERSION_TABLE",
+    "AttachmentRow",
     "Base",
     "ChatRow",
     "CheckpointBlobRow",
@@ -76,7 +78,7 @@ NAMING_CONVENTION = {
 
 #: The Alembic revision these models correspond to (a test keeps it equal to
 #: the newest migration).
-SCHEMA_REVISION = "0016"
+SCHEMA_REVISION = "0017"
 
 #: chatarchive's own Alembic version table, so that an application using Alembic
 #: for its own tables can share the database.
@@ -275,6 +277,8 @@ class ContentPartRow(Base):
     text: Mapped[str | None]
     data: Mapped[dict[str, Any] | None]
     ordered_json: Mapped[dict[str, Any] | None] = mapped_column(OrderedJson())
+    attachment_sha256: Mapped[str | None]
+    attachment_path: Mapped[list[str | int] | None] = mapped_column(JsonObject())
 
     chat_user_id: Mapped[str | None]
 
@@ -284,7 +288,28 @@ class ContentPartRow(Base):
             ["messages.chat_id", "messages.position"],
             ondelete="CASCADE",
         ),
+        Index(
+            "ix_content_parts_attachments",
+            "attachment_sha256",
+            postgresql_where=sql_text("attachment_sha256 IS NOT NULL"),
+            sqlite_where=sql_text("attachment_sha256 IS NOT NULL"),
+        ),
     )
+
+
+class AttachmentRow(Base):
+    """The bytes of an attachment of a user's content parts, stored once by
+    their SHA-256 (``chatarchive._attachments``)."""
+
+    __tablename__ = "attachments"
+
+    user_id: Mapped[str] = mapped_column(primary_key=True)
+    sha256: Mapped[str] = mapped_column(primary_key=True)
+    media_type: Mapped[str]
+    size: Mapped[int] = mapped_column(BigInteger())
+    data: Mapped[bytes] = mapped_column(LargeBinary())
+
+    __table_args__ = (CheckConstraint("size >= 0", name="size_not_negative"),)
 
 
 class ToolCallRow(Base):
@@ -485,6 +510,16 @@ class SettingRow(Base):
     value: Mapped[str]
 
 
+ATTACHMENTS_COMMENT = (
+    "The bytes of images, audio and files that content parts gave as base64, stored once per user "
+    "by their SHA-256 (with attachments stored once); the parts refer to them."
+)
+ATTACHMENT_SHA256_COMMENT = "The attachment holding the part's base64 payload (null: the part holds it)."
+ATTACHMENT_PATH_COMMENT = (
+    "Where in data the payload was (a JSON array of keys and indexes); the value there keeps what came "
+    "before it (a data URL's prefix)."
+)
+
 EMBEDDINGS_COMMENT = (
     "The vector of each message's text by the archive's embedding model, for search by meaning "
     "(written with the search terms, or by chatarchive db index)."
@@ -506,6 +541,7 @@ TABLE_COMMENTS = {
     ),
     "content_parts": "Ordered content parts of messages whose content is a list of parts.",
     "tool_calls": "Tool calls made by assistant messages.",
+    "attachments": ATTACHMENTS_COMMENT,
     "feedback": "Human feedback on a chat, or on one of its messages.",
     "message_chunks": "Streamed pieces of messages still being written; folded in when complete.",
     "archive_settings": "The archive's settings (its search configuration), by name.",
@@ -595,7 +631,18 @@ COLUMN_COMMENTS = {
         "text": "The text of text and refusal parts.",
         "data": "The rest of the part (JSON object).",
         "ordered_json": ORDERED_JSON_COMMENT,
+        "attachment_sha256": ATTACHMENT_SHA256_COMMENT,
+        "attachment_path": ATTACHMENT_PATH_COMMENT,
         "chat_user_id": CHAT_USER_COMMENT,
+    },
+    "attachments": {
+        "user_id": (
+            "Whose attachment it is: the user of the chats whose parts hold it ('' for chats of no user)."
+        ),
+        "sha256": "The SHA-256 of the bytes (hex): the attachment's name.",
+        "media_type": "Its media type, as the part gave it (else from its first bytes).",
+        "size": "Its size in bytes.",
+        "data": "The bytes.",
     },
     "tool_calls": {
         "chat_id": "The chat.",
@@ -713,6 +760,7 @@ class Tables:
     checkpoint_writes: Table
     embeddings: Table
     model_prices: Table
+    attachments: Table
 
 
 #: The archive's tables (``tables.chats``, ``tables.messages``...).

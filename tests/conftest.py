@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
+import psycopg
 import pytest
 from sqlalchemy import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, AsyncTransaction
@@ -171,6 +173,23 @@ def server_archive(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[t
         archive = ChatArchive(url)
         yield archive, url.render_as_string(hide_password=False)
         archive.close()
+
+
+@pytest.fixture
+def app_role(server_archive: tuple[ChatArchive, str]) -> Iterator[str]:
+    """An ordinary role (superusers bypass row-level security) with the access an app needs."""
+    _, url = server_archive
+    role = f"chatarchive_app_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
+        admin.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
+    try:
+        yield role
+    finally:
+        with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as admin:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")
 
 
 @pytest.fixture

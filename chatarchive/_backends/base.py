@@ -62,7 +62,7 @@ class DocumentRows:
     the documents)."""
 
     chats: Sequence[Mapping[str, Any]]
-    children: Mapping[str, Mapping[Table, Sequence[Mapping[str, Any]]]]
+    children: Mapping[str, Mapping[Table, list[Mapping[str, Any]]]]
 
 
 class RowWriter(Protocol):

@@ -7,7 +7,8 @@ that a chat's reads and writes go to that worker alone and joins on
 (a copy on every node), which writes read; the migrations' version table
 stays on the coordinator. ``archive_settings`` also records that the archive
 is distributed (``distribution``), which ``db check`` holds against what Citus
-reports.
+reports. ``attachments`` is distributed by ``sha256``, not colocated: an
+attachment is read and written by its key, apart from the parts that name it.
 """
 
 from __future__ import annotations
@@ -34,10 +35,17 @@ __all__ = [
 #: Citus' own default, room for a few workers of a few cores each.
 DEFAULT_SHARD_COUNT = 32
 
+#: Distributed by a column of their own, each table apart (colocated with none).
+BY_OWN_KEY = {"attachments": "sha256"}
 #: Distributed by chat_id, colocated with chats (in the order their foreign keys need).
-DISTRIBUTED = [table.name for table in metadata.sorted_tables if "chat_id" in table.c] + [SEARCH_TERMS]
+BY_CHAT = [table.name for table in metadata.sorted_tables if "chat_id" in table.c] + [SEARCH_TERMS]
+DISTRIBUTED = [*BY_CHAT, *BY_OWN_KEY]
 #: Copied to every node.
-REFERENCE = [table.name for table in metadata.sorted_tables if "chat_id" not in table.c]
+REFERENCE = [
+    table.name
+    for table in metadata.sorted_tables
+    if "chat_id" not in table.c and table.name not in BY_OWN_KEY
+]
 #: The ``archive_settings`` row that records a distributed archive.
 DISTRIBUTION_SETTING = "distribution"
 
@@ -151,12 +159,16 @@ def distribute(connection: Connection, shard_count: int) -> Distribution:
     for table in DISTRIBUTED:
         if table in kinds:
             continue
+        column = BY_OWN_KEY.get(table, "chat_id")
         if table == "chats":  # the others take its shards
             call, params = "shard_count => :shards", {"shards": shard_count}
+        elif table in BY_OWN_KEY:
+            call, params = "shard_count => :shards, colocate_with => 'none'", {"shards": shard_count}
         else:
             call, params = "colocate_with => 'chats'", {}
         connection.execute(
-            text(f"SELECT create_distributed_table(:table, 'chat_id', {call})"), {"table": table, **params}
+            text(f"SELECT create_distributed_table(:table, :column, {call})"),
+            {"table": table, "column": column, **params},
         )
     connection.execute(
         text(

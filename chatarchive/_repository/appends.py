@@ -42,6 +42,7 @@ from sqlalchemy import update as update_rows
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
 
+from chatarchive._attachments import may_hold_payload
 from chatarchive._backends import Backend
 from chatarchive._backends.citus import DISTRIBUTION_SETTING
 from chatarchive._document import Message
@@ -109,6 +110,8 @@ def append_in_one_statement(
     rows = messages_to_rows(chat_id, parsed, user_id=None, first_position=0, now=moment)  # the chat's: below
     if len(rows.messages) + len(rows.parts) + len(rows.tool_calls) > MOST_ROWS:
         return None
+    if any(row["data"] and may_hold_payload(row["data"]) for row in rows.parts):
+        return None  # an attachment, maybe: the general write knows whose
     terms = list(searching.entries(guess, rows.messages, rows.parts)) if guess.indexing == "sync" else []
     statement = _statement(
         _Shape(

@@ -21,7 +21,7 @@ from chatarchive._exceptions import ChatNotFound, ConflictError
 from chatarchive._rows import MessageRows, message_from_rows, messages_to_rows
 from chatarchive._schema import DOCUMENT_ORDER, tables
 
-from . import searching
+from . import attachments, searching
 from .appends import adding_values
 from .unit import Unit
 
@@ -79,6 +79,7 @@ def refuse_to_lose_branches(chat_id: str, stored: Mapping[Any, Any]) -> None:
 
 
 def insert_messages(unit: Unit, /, rows: MessageRows) -> None:
+    attachments.store(unit, rows.parts)
     unit.insert(tables.messages, rows.messages)
     unit.insert(tables.content_parts, rows.parts)
     unit.insert(tables.tool_calls, rows.tool_calls)
@@ -93,6 +94,7 @@ def delete_children(unit: Unit, /, chat_filter: Any, *, replacing: bool = False)
     own. ``replacing``: the chats' messages only, for new ones; checkpoints
     stay, and one holding a message refuses its deletion."""
     selected = select(tables.chats.c.chat_id).where(chat_filter).scalar_subquery()
+    attachments.releasing(unit, tables.content_parts.c.chat_id.in_(selected))
     for table in _CHILD_TABLES if replacing else (*_CHECKPOINT_TABLES, *_CHILD_TABLES):
         unit.execute(delete_rows(table).where(table.c.chat_id.in_(selected)))
 
@@ -122,7 +124,9 @@ def message_data(unit: Unit, /, chat_id: str, row: Mapping[Any, Any]) -> dict[st
         query = select(table).where(table.c.chat_id == chat_id, table.c.message_position == position)
         return list(unit.execute(query.order_by(*DOCUMENT_ORDER[table])).mappings())
 
-    return message_from_rows(row, rows_of(tables.content_parts), rows_of(tables.tool_calls))
+    parts = rows_of(tables.content_parts)
+    attachments.restore(unit, parts, chat_id=chat_id)
+    return message_from_rows(row, parts, rows_of(tables.tool_calls))
 
 
 def rewrite_message(
@@ -135,6 +139,11 @@ def rewrite_message(
         chat_id, [message], user_id=stored["chat_user_id"], first_position=position, now=moment
     )
     if children:
+        attachments.releasing(
+            unit,
+            tables.content_parts.c.chat_id == chat_id,
+            tables.content_parts.c.message_position == position,
+        )
         for table in (tables.content_parts, tables.tool_calls):
             unit.execute(
                 delete_rows(table).where(table.c.chat_id == chat_id, table.c.message_position == position)
@@ -152,6 +161,7 @@ def rewrite_message(
         )
     )
     if children:
+        attachments.store(unit, rows.parts)
         unit.insert(tables.content_parts, rows.parts)
         unit.insert(tables.tool_calls, rows.tool_calls)
 

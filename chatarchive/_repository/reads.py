@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -22,6 +22,7 @@ from chatarchive._arguments import (
     require_many,
     require_text,
 )
+from chatarchive._backends.base import DocumentRows
 from chatarchive._document import ChatDocument, ChatFilter, ChatPage, ChatSummary, ChatTree
 from chatarchive._exceptions import ChatNotFound, InvalidArgument
 from chatarchive._rows import documents_from_rows
@@ -37,7 +38,7 @@ from chatarchive._search import (
 )
 from chatarchive._types import ArchiveText, UTCDateTime
 
-from . import searching
+from . import attachments, searching
 from .plans import Emit, FaceFacts, Kind, Step, Stream
 from .unit import NOBODY, Unit, scoped_user
 
@@ -112,8 +113,7 @@ def last_messages(unit: Unit, /, chat_id: str, count: int) -> ChatDocument | Non
     require_text(chat_id, "chat_id")
     if not is_whole_number(count) or count < 1:
         raise InvalidArgument(f"count must be a whole number >= 1, not {count!r}", argument="count")
-    with unit.reading():
-        rows = unit.backend.load_document_rows(unit.executor, [chat_id], user_id=unit.user_id, last=count)
+    rows = _document_rows(unit, [chat_id], last=count)
     if not rows.chats:
         return None
     children = rows.children[chat_id]
@@ -131,8 +131,7 @@ def get_tree(unit: Unit, /, chat_id: str) -> ChatTree:
         ChatNotFound: no such chat.
     """
     wanted = requested_ids([chat_id])
-    with unit.reading():
-        rows = unit.backend.load_document_rows(unit.executor, wanted, user_id=unit.user_id, whole=True)
+    rows = _document_rows(unit, wanted, whole=True)
     found = documents_from_rows(wanted, rows.chats, rows.children)
     if not found:
         raise ChatNotFound(chat_id)
@@ -147,9 +146,34 @@ def get_many(unit: Unit, /, chat_ids: Iterable[str], *, whole: bool = False) -> 
     wanted = requested_ids(chat_ids)
     if not wanted:
         return []
-    with unit.reading():
-        rows = unit.backend.load_document_rows(unit.executor, wanted, user_id=unit.user_id, whole=whole)
+    rows = _document_rows(unit, wanted, whole=whole)
     return documents_from_rows(wanted, rows.chats, rows.children)
+
+
+#: How often a read whose chats were written meanwhile (an attachment of a part
+#: read is gone) is read again before it gives up.
+_READ_ATTEMPTS = 3
+
+
+def _document_rows(
+    unit: Unit, /, chat_ids: Sequence[str], *, whole: bool = False, last: int | None = None
+) -> DocumentRows:
+    """The rows of the documents of ``chat_ids`` (see ``Backend.load_document_rows``),
+    their parts' attachments put back."""
+    for attempt in range(_READ_ATTEMPTS):
+        with unit.reading():
+            rows = unit.backend.load_document_rows(
+                unit.executor, chat_ids, user_id=unit.user_id, whole=whole, last=last
+            )
+            last_attempt = attempt == _READ_ATTEMPTS - 1
+            if all(
+                attachments.restore(
+                    unit, children[tables.content_parts], chat_id=chat_id if last_attempt else None
+                )
+                for chat_id, children in rows.children.items()
+            ):
+                return rows
+    raise AssertionError("the last attempt raises")  # pragma: no cover
 
 
 def requested_ids(chat_ids: Iterable[str]) -> list[str]:

@@ -21,7 +21,7 @@ from sqlalchemy import update as update_rows
 from chatarchive._exceptions import InvalidArgument, quoted
 from chatarchive._schema import tables
 
-from . import searching
+from . import attachments, searching
 from .unit import Unit
 
 __all__ = [
@@ -165,6 +165,9 @@ def remove(unit: Unit, /, chat_id: str, positions: Sequence[int], message_count:
             delete_rows(tables.feedback).where(
                 tables.feedback.c.chat_id == chat_id, tables.feedback.c.message_uid.in_(uids)
             )
+        )
+        attachments.releasing(
+            unit, tables.content_parts.c.chat_id == chat_id, chosen(tables.content_parts.c.message_position)
         )
         for table in (tables.message_chunks, tables.content_parts, tables.tool_calls):
             unit.execute(

@@ -26,6 +26,8 @@ from chatarchive._schema import tables
 from chatarchive._terms import SearchSettings
 from chatarchive.redaction import Redactor
 
+from . import attachments
+
 __all__ = ["NOBODY", "Unit", "now", "scoped_user"]
 
 
@@ -88,6 +90,10 @@ class Unit:
         self.savepoints = savepoints
         #: The archive's search settings, once read (``searching.settings``).
         self.search_settings: SearchSettings | None = None
+        #: Whether the archive stores attachments once, once read (``attachments.stored_once``).
+        self.attachments_stored_once: bool | None = None
+        #: Attachments (user, SHA-256) whose parts this write deleted: swept when it ends.
+        self.released: set[tuple[str, str]] = set()
 
     @property
     def connection(self) -> Connection:
@@ -110,6 +116,8 @@ class Unit:
         with database_errors(), self.executor.begin_nested() if use_savepoint else nullcontext():
             self._start()
             yield
+            if self.released:
+                attachments.sweep(self)
 
     @contextmanager
     def reading(self) -> Iterator[None]:

@@ -46,7 +46,7 @@ from chatarchive._rows import (
 from chatarchive._schema import in_pieces, tables
 from chatarchive.redaction import Redactor, redact_document, redact_feedback, redact_messages
 
-from . import searching
+from . import attachments, searching
 from .appends import append_in_one_statement
 from .chat_rows import (
     CREATE_ATTEMPTS,
@@ -522,6 +522,7 @@ def update(
         if "user_id" in values and user != current["user_id"]:  # the chat's rows follow it
             for table in unit.backend.owned_tables():
                 unit.execute(update_rows(table).where(table.c.chat_id == chat_id).values(chat_user_id=user))
+            attachments.moved_to_user(unit, chat_id, current["user_id"], user)
         if "tags" in changes:
             unit.execute(delete_rows(tables.chat_tags).where(tables.chat_tags.c.chat_id == chat_id))
             unit.insert(

@@ -37,6 +37,7 @@ from chatarchive._rows import ChatRows, document_to_rows
 from chatarchive._schema import SEARCH_TERMS, metadata
 from chatarchive.formats import export
 
+from .attachments import measure_attachments
 from .citus import measure_citus
 from .frameworks import FRAMEWORKS, available, measure_frameworks
 from .search import measure_search
@@ -125,6 +126,12 @@ class BenchReport:
                 "get_branched_1000_median_ms", "get_linear_1000_median_ms"
             ),
             "storage / JSONB doc per chat": self.ratio("bytes_per_message", "bytes_per_message_jsonb_doc"),
+            "storage with repeated images, attachments stored once / inline": self.ratio(
+                "attachments_once_bytes_per_message", "attachments_inline_bytes_per_message"
+            ),
+            "save_many with repeated images, attachments stored once / inline": self.ratio(
+                "attachments_once_save_many", "attachments_inline_save_many"
+            ),
             "storage, no search index / JSONB doc per chat": self.ratio(
                 "bytes_per_message_no_search_index", "bytes_per_message_jsonb_doc"
             ),
@@ -233,6 +240,7 @@ def run_bench(
     frameworks: int = 0,
     search: int = 0,
     citus: str | URL | None = None,
+    attachments: bool = False,
     progress: Progress | None = None,
 ) -> BenchReport:
     """Load and read the synthetic workload; see the module docstring."""
@@ -256,6 +264,7 @@ def run_bench(
                 frameworks=frameworks,
                 search=search,
                 citus=None if citus is None else database_url(citus),
+                attachments=attachments,
             )
         finally:
             engine.dispose()
@@ -370,6 +379,7 @@ class _Bench:
         frameworks: int = 0,
         search: int = 0,
         citus: URL | None = None,
+        attachments: bool = False,
     ) -> BenchReport:
         tool_calls = sum(len(m.get("tool_calls") or ()) for doc in self.docs for m in doc["messages"])
         try:
@@ -387,6 +397,12 @@ class _Bench:
                 self.figures.update(
                     measure_frameworks(
                         self.archive, self.engine, self.engine.url, self.docs[:frameworks], self.progress
+                    )
+                )
+            if attachments:
+                self.figures.update(
+                    measure_attachments(
+                        self.archive, self.engine, self.docs, runs=self.runs, progress=self.progress
                     )
                 )
             if citus is not None and self.postgres:

@@ -65,6 +65,12 @@ __all__ = ["bench"]
     help="Also load and read the workload on an archive distributed over a Citus cluster: URL is an empty "
     "database of its coordinator, with the citus extension on every node and the workers added (PostgreSQL).",
 )
+@click.option(
+    "--attachments",
+    is_flag=True,
+    help="Also load the workload with its images as base64 data URLs that users send again, with "
+    "attachments inline and stored once: save_many speed and bytes per message.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def bench(
     chats: int,
@@ -79,6 +85,7 @@ def bench(
     frameworks: int,
     search: int,
     citus: str | None,
+    attachments: bool,
     as_json: bool,
 ) -> None:
     """Measure ingest, reads, storage and memory against the database's own limits.
@@ -112,6 +119,7 @@ def bench(
             import_memory=import_memory,
             frameworks=frameworks,
             search=search,
+            attachments=attachments,
             citus=citus,
             progress=report,
         )

@@ -210,6 +210,21 @@ def db_search_index(state: str) -> None:
     _switch(state, target.set_search_index, target.search_index)
 
 
+@db.command("attachments")
+@click.argument("state", type=click.Choice(["on", "off", "status"]), default="status")
+def db_attachments(state: str) -> None:
+    """Store attachments once, or inline in their parts (or show which).
+
+    With it on, the base64 images, audio and files of content parts (1 KiB
+    and more) are kept once per user as bytes, by their SHA-256, and the
+    parts refer to them: an image sent in many turns or chats is stored
+    once. Chats come back exactly as they were given either way. It applies
+    to writes from then on.
+    """
+    target = archive()
+    _switch(state, target.set_attachments_stored_once, target.attachments_stored_once)
+
+
 @db.command("search")
 @_LANGUAGE
 @_CJK

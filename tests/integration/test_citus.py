@@ -172,7 +172,10 @@ def test_distribute_moves_stored_chats_records_it_and_is_idempotent(citus_url: U
         reference = {"archive_settings", "model_prices"}  # the archive's own, on every node
         assert {kinds.pop(name) for name in reference} == {"reference"}
         assert set(kinds.values()) == {"distributed"}
-        assert len({colocation for name, _, colocation in placed if name not in reference}) == 1
+        # Every table with the chats' shards, but the attachments: by their SHA-256, apart.
+        by_chat = {colocation for name, _, colocation in placed if name not in {*reference, "attachments"}}
+        assert len(by_chat) == 1
+        assert next(colocation for name, _, colocation in placed if name == "attachments") not in by_chat
         assert set(kinds) == {
             "chats",
             "chat_tags",
@@ -186,6 +189,7 @@ def test_distribute_moves_stored_chats_records_it_and_is_idempotent(citus_url: U
             "checkpoint_blobs",
             "checkpoint_writes",
             "embeddings",
+            "attachments",
         }
 
 

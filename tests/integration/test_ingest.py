@@ -145,6 +145,8 @@ def part_of_no_message(chat_id: str) -> dict[str, Any]:
         "text": "x",
         "data": None,
         "ordered_json": None,
+        "attachment_sha256": None,
+        "attachment_path": None,
         "chat_user_id": None,
     }
 

@@ -735,3 +735,58 @@ def test_0012_indexes_stored_chats_after_upgrading_and_builds_the_old_indexes_go
         assert not archive.search_index()
     finally:
         archive.close()
+
+
+def test_the_downgrade_below_0017_puts_every_payload_back(empty_database: URL) -> None:
+    """Going below revision 0017 writes every payload held by an attachment
+    back into its part (and its part's ordered JSON), then drops the table;
+    going up again reads the chats as they were. The SQL printed for review
+    refuses while parts refer to attachments."""
+    import base64
+    import json
+
+    from sqlalchemy import text
+
+    raw = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8
+    url = "data:image/png;base64," + base64.b64encode(raw).decode()
+    doc = {
+        "chat_id": "pictures",
+        "user_id": "ann",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "image_url",
+                        "image_url": {"detail": "low", "url": url},
+                    },  # keys in their own order
+                    {
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": "image/png", "data": url[22:]},
+                    },
+                ],
+            }
+        ],
+    }
+    with ChatArchive(empty_database) as archive:
+        archive.upgrade()
+        archive.set_attachments_stored_once(True)
+        archive.save(doc)
+        before = archive.get("pictures").model_dump(mode="json")
+        with archive.engine.connect() as connection:
+            assert connection.execute(text("SELECT count(*) FROM attachments")).scalar() == 1
+        link = empty_database.render_as_string(hide_password=False)
+        printed = CliRunner().invoke(main, ["--db", link, "db", "downgrade", "0016", "--sql"]).output
+        assert "only a downgrade run on the database puts back" in printed
+        archive.downgrade("0016")
+        with archive.engine.connect() as connection:
+            data = [
+                row[0] for row in connection.execute(text("SELECT data FROM content_parts ORDER BY position"))
+            ]
+            assert "attachments" not in inspect(connection).get_table_names()
+        assert [json.loads(item) if isinstance(item, str) else item for item in data] == [
+            {"image_url": {"url": url, "detail": "low"}},
+            {"source": {"type": "base64", "media_type": "image/png", "data": url[22:]}},
+        ]
+        archive.upgrade()
+        assert archive.get("pictures").model_dump(mode="json") == before

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -26,6 +25,7 @@ from chatarchive import (
 )
 from chatarchive._backends import backend_of
 from tests.support.chats import tool_chat
+from tests.support.databases import as_user
 from tests.support.embedders import meanings
 
 
@@ -155,33 +155,6 @@ def test_a_users_archive_cannot_change_the_schema(
     assert alice.current_revision() == two_users.current_revision()
     assert alice.search_index() is True
     assert {hit.chat_id for hit in alice.search("42")} == {"alice-1", "alice-2"}
-
-
-def as_user(raw: psycopg.Connection[Any], user_id: str) -> None:
-    """Tell row-level security who the raw connection's transaction is for:
-    ``SET LOCAL``, which a Citus coordinator carries to the workers once told
-    to (``set_config`` reaches the coordinator alone, whose shell tables hold
-    no rows), as chatarchive's own connections do."""
-    if raw.execute("SELECT current_setting('citus.propagate_set_commands', true)").fetchone() != (None,):
-        raw.execute("SET citus.propagate_set_commands TO 'local'")
-    raw.execute(f"SET LOCAL chatarchive.user_id TO '{user_id}'")
-
-
-@pytest.fixture
-def app_role(server_archive: tuple[ChatArchive, str]) -> Iterator[str]:
-    """An ordinary role (superusers bypass row-level security) with the access an app needs."""
-    _, url = server_archive
-    role = f"chatarchive_app_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as admin:
-        admin.execute(f"CREATE ROLE {role} LOGIN")
-        admin.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
-        admin.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
-    try:
-        yield role
-    finally:
-        with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as admin:
-            admin.execute(f"DROP OWNED BY {role}")
-            admin.execute(f"DROP ROLE {role}")
 
 
 def test_row_level_security_holds_for_raw_sql(server_archive: tuple[ChatArchive, str], app_role: str) -> None:

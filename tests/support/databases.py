@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -160,3 +161,13 @@ def archive_database(kind: str, directory: Path) -> Iterator[URL]:
             if kind == "citus":
                 archive.distribute(shard_count=TEST_SHARDS)
         yield url
+
+
+def as_user(raw: psycopg.Connection[Any], user_id: str) -> None:
+    """Tell row-level security who the raw connection's transaction is for:
+    ``SET LOCAL``, which a Citus coordinator carries to the workers once told
+    to (``set_config`` reaches the coordinator alone, whose shell tables hold
+    no rows), as chatarchive's own connections do."""
+    if raw.execute("SELECT current_setting('citus.propagate_set_commands', true)").fetchone() != (None,):
+        raw.execute("SET citus.propagate_set_commands TO 'local'")
+    raw.execute(f"SET LOCAL chatarchive.user_id TO '{user_id}'")
