@@ -62,7 +62,17 @@ __all__ = [
 #: Message fields that belong to the archive, not to the OpenAI message shape;
 #: ``to_openai()`` leaves them out.
 ARCHIVE_MESSAGE_FIELDS = frozenset(
-    {"uid", "parent", "created_at", "updated_at", "completed", "model", "finish_reason", "usage"}
+    {
+        "uid",
+        "parent",
+        "created_at",
+        "updated_at",
+        "completed",
+        "model",
+        "finish_reason",
+        "usage",
+        "summarizes",
+    }
 )
 
 _ID_LENGTH = {"min_length": 1, "max_length": LONGEST_ID}
@@ -363,7 +373,8 @@ class Message(_Record):
     ``None``, or absent; each form is restored as it came. Archive fields: ``uid``
     (generated when absent), ``parent`` (see ``ChatDocument``), ``created_at``
     (set when saved, if absent), ``updated_at``, ``completed``, ``model``,
-    ``finish_reason`` and ``usage``.
+    ``finish_reason``, ``usage`` and ``summarizes`` (on the last message of a
+    summary that ``compact`` wrote: the uid of the last message it stands for).
     """
 
     role: Annotated[str, Field(min_length=1)]
@@ -383,6 +394,7 @@ class Message(_Record):
     model: str | None = None
     finish_reason: str | None = None
     usage: Usage | None = None
+    summarizes: Identifier | None = None
 
     @model_validator(mode="after")
     def _within_limits(self, info: ValidationInfo) -> Self:
@@ -603,10 +615,39 @@ class ChatDocument(_Record):
         """
         if self.is_linear and leaf is None:
             return self
-        path = [_without_parent(message) for message in self.path(leaf)]
-        on_path = {message.uid for message in path}
+        return self._linear(self.path(leaf))
+
+    def history(self) -> list[Message]:
+        """The conversation as it was written, before any compaction: the
+        messages from a root down to the active leaf, where each summary that
+        ``compact`` wrote (a chain of messages whose last one ``summarizes``
+        another) gives way to the path it stands for. Without summaries on
+        the active path, that path."""
+        parents = self.parent_indexes()
+        index_of = {message.uid: index for index, message in enumerate(self.messages)}
+        found: list[Message] = []
+        seen: set[int] = set()
+        index = self.active_index()
+        while index is not None and index not in seen:
+            seen.add(index)
+            message = self.messages[index]
+            if message.summarizes is not None and message.summarizes in index_of:
+                index = index_of[message.summarizes]  # what the summary stands for, not the summary
+                continue
+            found.append(message)
+            index = parents[index]
+        return found[::-1]
+
+    def history_document(self) -> ChatDocument:
+        """The linear document of ``history``, with the feedback on the chat
+        and on its messages: the chat as it was written, whatever compacted it."""
+        return self._linear(self.history())
+
+    def _linear(self, path: list[Message]) -> ChatDocument:
+        messages = [_without_parent(message) for message in path]
+        on_path = {message.uid for message in messages}
         feedback = [item for item in self.feedback if item.message_uid in on_path or item.message_uid is None]
-        linear = self.model_copy(update={"messages": path, "feedback": feedback, "active_leaf": None})
+        linear = self.model_copy(update={"messages": messages, "feedback": feedback, "active_leaf": None})
         linear.__pydantic_fields_set__.discard("active_leaf")
         return linear
 
@@ -696,6 +737,11 @@ class ChatTree:
         feedback on the chat and on that path's messages: what ``get``
         returns."""
         return self.document.path_document(leaf)
+
+    def history_document(self) -> ChatDocument:
+        """The chat as it was written, before any compaction: the linear
+        document of its history (see ``ChatDocument.history``)."""
+        return self.document.history_document()
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 
 from . import _admin
 from ._arguments import require_many
-from ._repository import analytics, bulk, reads, streaming, writes
+from ._repository import analytics, bulk, compaction, reads, streaming, writes
 from ._repository import prices as pricing
 from ._repository.batches import Batches, PreparedBatch, prepared_batches
 from ._repository.plans import (
@@ -546,6 +546,8 @@ class ChatOperations:
     update = writing(writes.update)
     update_message = writing(writes.update_message)
     truncate = writing(writes.truncate)
+    compact = writing(compaction.compact)
+    history = reading(compaction.history)
     delete = writing(writes.delete)
     delete_user = writing(writes.delete_user)
     delete_older_than = planned(writes.delete_older_than)

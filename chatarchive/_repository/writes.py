@@ -79,6 +79,7 @@ __all__ = [
     "delete_older_than",
     "delete_user",
     "edit",
+    "parsed_messages",
     "regenerate",
     "save",
     "set_active_leaf",
@@ -191,7 +192,7 @@ def append(
         InvalidArgument: ``parent`` names no message of the chat.
     """
     optional_text(parent, "parent")
-    parsed, given = _parsed(chat_id, messages, face.limits, face.redactor)
+    parsed, given = parsed_messages(chat_id, messages, face.limits, face.redactor)
     if (
         parent is None
         and parsed
@@ -232,7 +233,7 @@ def append_messages(
 ) -> list[Message]:
     """``append`` as one write in ``unit`` (for the writes that record
     messages made from API responses)."""
-    parsed, given = _parsed(chat_id, messages, unit.limits, unit.redactor)
+    parsed, given = parsed_messages(chat_id, messages, unit.limits, unit.redactor)
     return _add(unit, chat_id, parsed, given, expected_version=None)
 
 
@@ -257,7 +258,7 @@ def regenerate(
         InvalidArgument: ``message_uid`` names no message of the chat.
     """
     require_text(message_uid, "message_uid")
-    parsed, given = _parsed(chat_id, messages, unit.limits, unit.redactor)
+    parsed, given = parsed_messages(chat_id, messages, unit.limits, unit.redactor)
     return _add(unit, chat_id, parsed, given, expected_version=expected_version, sibling_of=message_uid)
 
 
@@ -288,12 +289,12 @@ def edit(
         edited: dict[str, Any] = {"role": original["role"], "content": content}
         if original["name"] is not None:
             edited["name"] = original["name"]
-        parsed, given = _parsed(chat_id, [edited], unit.limits, unit.redactor)
+        parsed, given = parsed_messages(chat_id, [edited], unit.limits, unit.redactor)
         (message,) = _add(unit, chat_id, parsed, given, expected_version=None, sibling_of=message_uid)
     return message
 
 
-def _parsed(
+def parsed_messages(
     chat_id: str,
     messages: Iterable[Message | Mapping[str, Any]],
     limits: Limits | None,

@@ -156,6 +156,36 @@ class ChatArchiveSession(SessionABC):
         await self._run(self._chat.delete())
         self._branched = False
 
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """The SDK's compaction (``OpenAIResponsesCompactionSession``)
+        replaces the session's items with the compacted ones through this
+        hook: they become the current branch's path as a summary, and the
+        items they replace stay in the chat, off the path (``history`` of the
+        archive reads the session as it was written), instead of being
+        cleared and added again."""
+        await self._run(self._compact(openai_responses.items_to_messages(items, "items")))
+        return True
+
+    def _compact(self, messages: list[dict[str, Any]]) -> Work[None]:
+        document = yield from find(self.session_id)
+        if document is None or not document.messages:  # nothing to compact: the items are the session
+            yield from self._add(messages)
+            return
+        if not messages:  # compacted to nothing: an empty path, the items off it
+            yield Call("truncate", (self.session_id, 0))
+            return
+        messages[-1] = {
+            **messages[-1],
+            "uid": new_id(),
+        }  # the summary's last message: the branch goes on from it
+        compacted = Call("compact", (self.session_id, messages), {"keep_last": 0})
+        record = _record_of(document)
+        if record is None:
+            yield compacted
+            return
+        branch = _Branch(after=messages[-1]["uid"], created_at=record.branches[record.current].created_at)
+        yield from together(compacted, _recorded(document, record.with_branch(record.current, branch)))
+
     # -- usage ---------------------------------------------------------------------------
 
     async def store_run_usage(self, result: RunResultBase) -> None:

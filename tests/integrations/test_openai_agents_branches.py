@@ -391,3 +391,71 @@ def test_the_latest_items_are_read_alone_and_equal_the_tail_of_the_history(archi
         whole,
     ]
     assert run(ChatArchiveSession("none", archive).get_items(3)) == []
+
+
+class _CompactingResponses:
+    """What ``OpenAIResponsesCompactionSession`` asks of the OpenAI API
+    (``responses.compact``), answered here: the network is not the archive.
+    The compacted window is a compaction item and the last user message, as
+    the API gives it."""
+
+    def __init__(self) -> None:
+        self.inputs: list[list[Any]] = []
+
+    async def compact(self, **request: Any) -> Any:
+        self.inputs.append(list(request["input"]))
+        last_user = [item for item in request["input"] if item.get("role") == "user"][-1]
+        output = [
+            {"type": "compaction", "id": f"cmp_{len(self.inputs)}", "encrypted_content": "opaque-summary"},
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": last_user["content"]}],
+            },
+        ]
+        return type("Compacted", (), {"output": output, "usage": None})()
+
+
+def test_the_sdks_compaction_keeps_the_items_it_replaces(archive: ChatArchive) -> None:
+    """``OpenAIResponsesCompactionSession`` replaces a session's items with the
+    compacted ones; over the archive the replaced items stay in the chat, off
+    its path, and the archive's history reads the session as it was written."""
+    from agents.memory import OpenAIResponsesCompactionSession
+
+    session = ChatArchiveSession("compacted", archive)
+    responses = _CompactingResponses()
+    client = type("Client", (), {"responses": responses})()
+    compacting = OpenAIResponsesCompactionSession("compacted", session, client=client)
+    run(compacting.add_items(three_turns()))
+    run(compacting.run_compaction({"force": True, "compaction_mode": "input"}))
+    assert len(responses.inputs) == 1
+    items = run(session.get_items())
+    assert [item.get("type") for item in items] == ["compaction", "message"]
+    run(compacting.add_items(turn("Fourth question", "Fourth answer")))
+    assert contents(run(session.get_items()))[-2:] == ["Fourth question", "Fourth answer"]
+    history = archive.history("compacted")
+    assert [message.content for message in history.messages] == [
+        *contents(three_turns()),
+        "Fourth question",
+        "Fourth answer",
+    ]
+    assert len(archive.get_tree("compacted").messages) == 6 + 2 + 2
+
+
+def test_the_sdks_compaction_of_a_branch_goes_on_on_that_branch(archive: ChatArchive) -> None:
+    from agents.memory import OpenAIResponsesCompactionSession
+
+    session = ChatArchiveSession("branched", archive)
+    run(session.add_items(three_turns()))
+    name = run(session.create_branch_from_turn(2, "retry"))
+    run(session.add_items(turn("Other second question", "Other second answer")))
+    client = type("Client", (), {"responses": _CompactingResponses()})()
+    compacting = OpenAIResponsesCompactionSession("branched", session, client=client)
+    run(compacting.run_compaction({"force": True, "compaction_mode": "input"}))
+    run(session.add_items(turn("Next", "Next answer")))
+    assert [item.get("type") for item in run(session.get_items())][:1] == ["compaction"]
+    assert contents(run(session.get_items()))[-2:] == ["Next", "Next answer"]
+    run(session.switch_to_branch("main"))
+    assert contents(run(session.get_items())) == contents(three_turns())
+    run(session.switch_to_branch(name))
+    assert contents(run(session.get_items()))[-2:] == ["Next", "Next answer"]
