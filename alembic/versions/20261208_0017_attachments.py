@@ -9,9 +9,11 @@ user is stored once. ``attachments`` has row-level security like the
 chats' tables (a user sees their own), and on a distributed archive it is
 distributed by ``sha256`` in as many shards as ``chats``.
 
-The prices in ``model_prices`` get the policy that ``archive_settings``
-has: every role reads them, only an unscoped one writes them (with
-row-level security on, a table without a policy shows no row).
+The archive's own tables, ``archive_settings`` and ``model_prices``, get
+two policies: every role reads them, and only a transaction that names no
+user changes them. With row-level security on, ``model_prices`` had none
+(a table without a policy shows no row), and the one policy of
+``archive_settings`` let a user's transaction delete the settings.
 
 The downgrade puts every payload back into its part, then drops the columns
 and the table.
@@ -40,6 +42,9 @@ depends_on: str | Sequence[str] | None = None
 TEXT = sa.Text()
 JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 POLICY = "chatarchive_user"
+READ_POLICY = "chatarchive_read"
+#: The tables that belong to no user.
+ARCHIVE_TABLES = ("archive_settings", "model_prices")
 UNSCOPED = "coalesce(current_setting('chatarchive.user_id', true), '') = ''"
 OWN_ROW = f"({UNSCOPED} OR user_id = current_setting('chatarchive.user_id', true))"
 COMMENT = (
@@ -91,7 +96,13 @@ def upgrade() -> None:
     if postgres:
         op.execute(distribute_new_table("attachments", by="sha256"))
         op.execute(f"CREATE POLICY {POLICY} ON attachments USING {OWN_ROW} WITH CHECK {OWN_ROW}")
-        op.execute(f"CREATE POLICY {POLICY} ON model_prices USING (true) WITH CHECK ({UNSCOPED})")
+        # The archive's own tables: every role reads them, only an unscoped
+        # transaction changes them (a policy FOR ALL with USING (true) let a
+        # user's transaction delete the archive's settings).
+        op.execute(f"DROP POLICY IF EXISTS {POLICY} ON archive_settings")
+        for table in ARCHIVE_TABLES:
+            op.execute(f"CREATE POLICY {READ_POLICY} ON {table} FOR SELECT USING (true)")
+            op.execute(f"CREATE POLICY {POLICY} ON {table} USING ({UNSCOPED}) WITH CHECK ({UNSCOPED})")
         # Row-level security as the archive's other tables have it.
         op.execute(
             "DO $$ BEGIN IF (SELECT relrowsecurity FROM pg_class WHERE oid = to_regclass('chats')) THEN "
@@ -114,7 +125,10 @@ def downgrade() -> None:
     else:
         _put_payloads_back()
     if postgres:
-        op.execute(f"DROP POLICY IF EXISTS {POLICY} ON model_prices")
+        for table in ARCHIVE_TABLES:
+            op.execute(f"DROP POLICY IF EXISTS {READ_POLICY} ON {table}")
+            op.execute(f"DROP POLICY IF EXISTS {POLICY} ON {table}")
+        op.execute(f"CREATE POLICY {POLICY} ON archive_settings USING (true) WITH CHECK ({UNSCOPED})")
     op.drop_index("ix_content_parts_attachments", table_name="content_parts")
     op.drop_column("content_parts", "attachment_path")
     op.drop_column("content_parts", "attachment_sha256")

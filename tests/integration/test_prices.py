@@ -10,12 +10,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import make_url, select, text
 
 from chatarchive import AsyncChatArchive, ChatArchive, InvalidArgument, ModelPrice, NotSupported, analytics
 from chatarchive._schema import tables
 from tests.support.commands import Run
+from tests.support.databases import as_user
 
 
 def moment(day: str) -> datetime:
@@ -271,3 +273,35 @@ def test_prices_load_list_and_stats_cost_from_the_command_line(run: Run, tmp_pat
     empty = tmp_path / "empty.json"
     empty.write_text("[]", encoding="utf-8")
     assert "holds no prices" in run("prices", "load", str(empty), expect=1).stderr
+
+
+def test_under_row_level_security_an_ordinary_role_reads_prices_and_settings_and_changes_neither(
+    server_archive: tuple[ChatArchive, str], app_role: str
+) -> None:
+    """With row-level security on, a table without a policy shows an ordinary
+    role no row: prices, like the archive's settings, are read by every role
+    and changed by no user's transaction."""
+    archive, url = server_archive
+    archive.save_many(CHATS)
+    archive.load_prices(PRICES)
+    archive.set_row_level_security(True)
+    as_app = make_url(url).set(username=app_role).render_as_string(hide_password=False)
+    with ChatArchive(as_app) as app:
+        ann = app.for_user("ann")
+        assert len(ann.prices()) == 3
+        costs = ann.cost(by="chat")
+        assert costs
+        assert all(row.cost is not None for row in costs)
+    raw_url = (
+        make_url(url).set(drivername="postgresql", username=app_role).render_as_string(hide_password=False)
+    )
+    with psycopg.connect(raw_url) as raw:
+        as_user(raw, "ann")
+        assert raw.execute("SELECT count(*) FROM model_prices").fetchone() == (3,)
+        assert raw.execute("DELETE FROM model_prices WHERE model = 'o3'").rowcount == 0
+        assert raw.execute("DELETE FROM archive_settings").rowcount == 0  # the archive's, as prices are
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            raw.execute(
+                "INSERT INTO model_prices (model, valid_from, currency, input_per_million, output_per_million) "
+                "VALUES ('x', now(), 'USD', 1, 1)"
+            )
