@@ -33,6 +33,7 @@ from ._operations import ArchiveOperations, AsyncFace, ChatOperations, SyncFace
 from ._repository.appends import Guesses
 from ._repository.plans import Connected, FaceFacts, Kind, Step
 from ._repository.unit import Unit
+from .encryption import UserKeys, check_keys
 from .redaction import Redactor, check_redactor
 
 __all__ = ["AsyncChatArchive", "AsyncChatRepository", "ChatArchive", "ChatRepository"]
@@ -49,12 +50,19 @@ class _Archive(Generic[_AnyEngine]):
     """What is not I/O in an archive: its engine, user, limits and state."""
 
     def _set_up(
-        self, engine: _AnyEngine, limits: Limits | None, redactor: Redactor | None, *, owns_engine: bool
+        self,
+        engine: _AnyEngine,
+        limits: Limits | None,
+        redactor: Redactor | None,
+        keys: UserKeys | None,
+        *,
+        owns_engine: bool,
     ) -> None:
         self._engine: _AnyEngine = engine
         self._backend: Backend = backend_of(engine)
         self._limits = check_limits(limits)
         self._redactor = check_redactor(redactor)
+        self._keys = check_keys(keys)
         self._owns_engine = owns_engine
         self._owner: _Archive[_AnyEngine] | None = None  # for_user: the archive whose engine it shares
         self._user_id: str | None = None
@@ -115,6 +123,7 @@ class _Archive(Generic[_AnyEngine]):
             limits=self._limits,
             savepoints=savepoints,
             redactor=self._redactor,
+            keys=self._keys,
         )
 
     def _require_open(self) -> None:
@@ -185,6 +194,9 @@ class ChatArchive(ChatOperations, ArchiveOperations, _Archive[Engine], SyncFace)
         redactor: replaces what must not be stored (e-mail addresses, card
             numbers, API keys...) in every write, before any row is written
             (see ``chatarchive.redaction``); ``None``: text is stored as given.
+        keys: seal the chats of users with a key of each user's, wrapped by
+            the application's master key (see ``chatarchive.encryption``);
+            needed to read and write sealed chats.
         statement_timeout: seconds after which PostgreSQL cancels a statement
             (the call then raises ``DatabaseError`` and changes nothing).
         **engine_options: passed to ``sqlalchemy.create_engine``.
@@ -209,6 +221,7 @@ class ChatArchive(ChatOperations, ArchiveOperations, _Archive[Engine], SyncFace)
         limits: Limits | None = None,
         statement_timeout: float | None = None,
         redactor: Redactor | None = None,
+        keys: UserKeys | None = None,
         **engine_options: Any,
     ) -> None:
         owns_engine = engine is None
@@ -218,7 +231,7 @@ class ChatArchive(ChatOperations, ArchiveOperations, _Archive[Engine], SyncFace)
             # its connections all the same, rather than leaving them to the
             # garbage collector (Python 3.13's sqlite3 warns of each one).
             weakref.finalize(self, engine.dispose)
-        self._set_up(engine, limits, redactor, owns_engine=owns_engine)
+        self._set_up(engine, limits, redactor, keys, owns_engine=owns_engine)
 
     @property
     def engine(self) -> Engine:
@@ -230,7 +243,9 @@ class ChatArchive(ChatOperations, ArchiveOperations, _Archive[Engine], SyncFace)
         chats (another user's chat is reported as not found), and saved chats
         belong to that user. On PostgreSQL, each transaction also sets
         ``chatarchive.user_id`` for row-level security (``chatarchive db rls on``)."""
-        scoped = ChatArchive(engine=self._engine, limits=self._limits, redactor=self._redactor)
+        scoped = ChatArchive(
+            engine=self._engine, limits=self._limits, redactor=self._redactor, keys=self._keys
+        )
         self._scoped(scoped, user_id)
         return scoped
 
@@ -259,7 +274,11 @@ class ChatArchive(ChatOperations, ArchiveOperations, _Archive[Engine], SyncFace)
             self._require_schema()
             with database_errors(), self._writer.begin() as connection:
                 repository = ChatRepository(
-                    connection, limits=self._limits, user_id=self._user_id, redactor=self._redactor
+                    connection,
+                    limits=self._limits,
+                    user_id=self._user_id,
+                    redactor=self._redactor,
+                    keys=self._keys,
                 )
                 try:
                     yield repository
@@ -336,6 +355,7 @@ class AsyncChatArchive(ChatOperations, ArchiveOperations, _Archive[AsyncEngine],
         engine: an ``AsyncEngine`` to use instead.
         limits: the largest input accepted.
         redactor: replaces what must not be stored, in every write (see ``ChatArchive``).
+        keys: seal users' chats with their keys (see ``ChatArchive``).
         statement_timeout: seconds after which PostgreSQL cancels a statement.
         **engine_options: passed to ``create_async_engine``.
 
@@ -352,12 +372,13 @@ class AsyncChatArchive(ChatOperations, ArchiveOperations, _Archive[AsyncEngine],
         limits: Limits | None = None,
         statement_timeout: float | None = None,
         redactor: Redactor | None = None,
+        keys: UserKeys | None = None,
         **engine_options: Any,
     ) -> None:
         owns_engine = engine is None
         if engine is None:
             engine = create_async_engine(url, statement_timeout=statement_timeout, **engine_options)
-        self._set_up(engine, limits, redactor, owns_engine=owns_engine)
+        self._set_up(engine, limits, redactor, keys, owns_engine=owns_engine)
 
     @property
     def engine(self) -> AsyncEngine:
@@ -366,7 +387,9 @@ class AsyncChatArchive(ChatOperations, ArchiveOperations, _Archive[AsyncEngine],
 
     def for_user(self, user_id: str) -> AsyncChatArchive:
         """The same archive seen by one user; see ``ChatArchive.for_user``."""
-        scoped = AsyncChatArchive(engine=self._engine, limits=self._limits, redactor=self._redactor)
+        scoped = AsyncChatArchive(
+            engine=self._engine, limits=self._limits, redactor=self._redactor, keys=self._keys
+        )
         self._scoped(scoped, user_id)
         return scoped
 
@@ -394,7 +417,11 @@ class AsyncChatArchive(ChatOperations, ArchiveOperations, _Archive[AsyncEngine],
             with database_errors():
                 async with self._writer.begin() as connection:
                     repository = AsyncChatRepository(
-                        connection, limits=self._limits, user_id=self._user_id, redactor=self._redactor
+                        connection,
+                        limits=self._limits,
+                        user_id=self._user_id,
+                        redactor=self._redactor,
+                        keys=self._keys,
                     )
                     try:
                         yield repository
@@ -499,11 +526,13 @@ class _Repository(Generic[SessionOrConnection]):
         limits: Limits | None = None,
         user_id: str | None = None,
         redactor: Redactor | None = None,
+        keys: UserKeys | None = None,
     ) -> None:
         self._session: SessionOrConnection = session
         self._savepoints = require_flag(savepoints, "savepoints")
         self._limits = check_limits(limits)
         self._redactor = check_redactor(redactor)
+        self._keys = check_keys(keys)
         self._user_id = None if user_id is None else require_user_id(user_id)
         self._ended = False
         self._turn = self._one_call_at_a_time()
@@ -541,6 +570,7 @@ class _Repository(Generic[SessionOrConnection]):
             limits=self._limits,
             savepoints=self._savepoints,
             redactor=self._redactor,
+            keys=self._keys,
         )
 
 
@@ -565,6 +595,7 @@ class ChatRepository(ChatOperations, _Repository[Session | Connection], SyncFace
             row-level security (see ``chatarchive db rls``).
         redactor: replaces what must not be stored, in every write (see
             ``chatarchive.redaction``).
+        keys: seal users' chats with their keys (see ``chatarchive.encryption``).
 
     Calls made at once from several threads take turns on the session.
     """

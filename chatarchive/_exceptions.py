@@ -38,6 +38,7 @@ __all__ = [
     "InvalidDocument",
     "NotSupported",
     "SchemaNotReady",
+    "SealedChat",
     "TransactionEnded",
     "TransactionInProgress",
     "UsageError",
@@ -119,6 +120,17 @@ class SchemaNotReady(ChatArchiveError):
     """Raised when the database lacks chatarchive's tables, is at another
     revision, or lacks the search index a search needs; the message says what
     to run (``chatarchive db upgrade``, ``chatarchive db search-index on``)."""
+
+
+class SealedChat(ChatArchiveError):
+    """Raised when a chat sealed with its user's key (``chatarchive.encryption``)
+    is read or written without that key: the archive was given no ``keys``,
+    or the user's key is deleted (its text can then never be read again)."""
+
+    def __init__(self, message: str, *, chat_id: str | None = None, user_id: str | None = None) -> None:
+        self.chat_id = chat_id
+        self.user_id = user_id
+        super().__init__(message)
 
 
 class DatabaseError(ChatArchiveError):

@@ -28,7 +28,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 
 from . import _admin
 from ._arguments import require_many
-from ._repository import analytics, bulk, compaction, reads, streaming, writes
+from ._repository import analytics, bulk, compaction, reads, sealing, streaming, writes
 from ._repository import prices as pricing
 from ._repository.batches import Batches, PreparedBatch, prepared_batches
 from ._repository.plans import (
@@ -550,6 +550,8 @@ class ChatOperations:
     history = reading(compaction.history)
     delete = writing(writes.delete)
     delete_user = writing(writes.delete_user)
+    delete_user_key = writing(writes.delete_user_key)
+    rewrap_user_keys = writing(sealing.rewrap)
     delete_older_than = planned(writes.delete_older_than)
     list_chats = reading(reads.list_chats)
     count_chats = reading(reads.count_chats)

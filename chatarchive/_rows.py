@@ -157,6 +157,7 @@ def document_to_rows(doc: ChatDocument, *, now: datetime, version: int) -> ChatR
         _add_messages(rows, chat_id, doc.messages, 0, now, parents=parents, on_path=_path_of(leaf, parents))
     chat["path_length"] = sum(1 for row in rows.messages if row["on_path"])
     chat["search_from"] = None  # searchable as written; a write that defers indexing marks it
+    chat["sealed"] = False  # sealed by the write, when it seals
     rows.feedback = [
         feedback_to_row(chat_id, position, item, now=now) for position, item in enumerate(doc.feedback)
     ]

@@ -58,6 +58,7 @@ __all__ = [
     "Tables",
     "TagRow",
     "ToolCallRow",
+    "UserKeyRow",
     "active_path_filter",
     "described_by_models",
     "in_pieces",
@@ -78,7 +79,7 @@ NAMING_CONVENTION = {
 
 #: The Alembic revision these models correspond to (a test keeps it equal to
 #: the newest migration).
-SCHEMA_REVISION = "0017"
+SCHEMA_REVISION = "0018"
 
 #: chatarchive's own Alembic version table, so that an application using Alembic
 #: for its own tables can share the database.
@@ -169,6 +170,7 @@ class ChatRow(Base):
     active_leaf: Mapped[int | None]
     path_length: Mapped[int] = mapped_column(server_default=sql_text("0"))
     search_from: Mapped[int | None]
+    sealed: Mapped[bool] = mapped_column(Boolean(), server_default=sql_text("false"))
 
     __table_args__ = (
         Index(None, "user_id", "updated_at", "chat_id"),
@@ -310,6 +312,16 @@ class AttachmentRow(Base):
     data: Mapped[bytes] = mapped_column(LargeBinary())
 
     __table_args__ = (CheckConstraint("size >= 0", name="size_not_negative"),)
+
+
+class UserKeyRow(Base):
+    """A user's data key, wrapped (``chatarchive.encryption``)."""
+
+    __tablename__ = "user_keys"
+
+    user_id: Mapped[str] = mapped_column(primary_key=True)
+    wrapped: Mapped[bytes] = mapped_column(LargeBinary())
+    created_at: Mapped[datetime]
 
 
 class ToolCallRow(Base):
@@ -510,6 +522,15 @@ class SettingRow(Base):
     value: Mapped[str]
 
 
+SEALED_COMMENT = (
+    "Whether the chat's text (messages.text, content_parts.text and data, tool_calls.arguments, "
+    "message_chunks.text) is sealed with its user's key (user_keys): AES-256-GCM, base64."
+)
+USER_KEYS_COMMENT = (
+    "Each user's data key, wrapped by the application's master key: deleting it leaves the user's "
+    "sealed chats unreadable."
+)
+
 ATTACHMENTS_COMMENT = (
     "The bytes of images, audio and files that content parts gave as base64, stored once per user "
     "by their SHA-256 (with attachments stored once); the parts refer to them."
@@ -542,6 +563,7 @@ TABLE_COMMENTS = {
     "content_parts": "Ordered content parts of messages whose content is a list of parts.",
     "tool_calls": "Tool calls made by assistant messages.",
     "attachments": ATTACHMENTS_COMMENT,
+    "user_keys": USER_KEYS_COMMENT,
     "feedback": "Human feedback on a chat, or on one of its messages.",
     "message_chunks": "Streamed pieces of messages still being written; folded in when complete.",
     "archive_settings": "The archive's settings (its search configuration), by name.",
@@ -586,6 +608,12 @@ COLUMN_COMMENTS = {
             "Position of the first message whose search terms are still to be indexed "
             "(null: the chat is searchable as written)."
         ),
+        "sealed": SEALED_COMMENT,
+    },
+    "user_keys": {
+        "user_id": "The user.",
+        "wrapped": "The user's data key, wrapped (encrypted) by the application's master key or its KMS.",
+        "created_at": "When the key was made.",
     },
     "archive_settings": {
         "name": "The setting's name (search_language, search_cjk, search_indexing).",
@@ -761,6 +789,7 @@ class Tables:
     embeddings: Table
     model_prices: Table
     attachments: Table
+    user_keys: Table
 
 
 #: The archive's tables (``tables.chats``, ``tables.messages``...).

@@ -7,8 +7,9 @@ that a chat's reads and writes go to that worker alone and joins on
 (a copy on every node), which writes read; the migrations' version table
 stays on the coordinator. ``archive_settings`` also records that the archive
 is distributed (``distribution``), which ``db check`` holds against what Citus
-reports. ``attachments`` is distributed by ``sha256``, not colocated: an
-attachment is read and written by its key, apart from the parts that name it.
+reports. ``attachments`` is distributed by ``sha256`` and ``user_keys`` by
+``user_id``, each colocated with no table: read and written by their keys,
+apart from the rows that use them.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ __all__ = [
 DEFAULT_SHARD_COUNT = 32
 
 #: Distributed by a column of their own, each table apart (colocated with none).
-BY_OWN_KEY = {"attachments": "sha256"}
+BY_OWN_KEY = {"attachments": "sha256", "user_keys": "user_id"}
 #: Distributed by chat_id, colocated with chats (in the order their foreign keys need).
 BY_CHAT = [table.name for table in metadata.sorted_tables if "chat_id" in table.c] + [SEARCH_TERMS]
 DISTRIBUTED = [*BY_CHAT, *BY_OWN_KEY]

@@ -106,6 +106,8 @@ def append_in_one_statement(
     guess = guesses.search
     if guess.indexing == "sync" and guess.embedder is not None:
         return None  # the vectors are the general write's
+    if unit.keys is not None:
+        return None  # a sealed chat's rows are sealed by the general write
     moment = now()
     rows = messages_to_rows(chat_id, parsed, user_id=None, first_position=0, now=moment)  # the chat's: below
     if len(rows.messages) + len(rows.parts) + len(rows.tool_calls) > MOST_ROWS:
@@ -180,6 +182,7 @@ def _statement(shape: _Shape, backend: Backend) -> Any:
         settings_hold = indexing != "sync"
     checks = [
         tables.chats.c.chat_id == bindparam("chat"),
+        tables.chats.c.sealed.is_(false()),  # the general write says that it needs the keys
         or_(
             tables.chats.c.active_leaf == tables.chats.c.message_count - 1, tables.chats.c.message_count == 0
         ),

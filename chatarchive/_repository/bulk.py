@@ -27,7 +27,7 @@ from chatarchive._exceptions import (
 from chatarchive._rows import ChatRows
 from chatarchive._schema import metadata, tables
 
-from . import attachments, searching
+from . import attachments, sealing, searching
 from .batches import PreparedBatch, check_save_many, split_by_chat
 from .chat_rows import CREATE_ATTEMPTS, delete_children, lock_chats, refuse_to_lose_branches
 from .plans import Docs, FaceFacts, InTransaction, Kind, NextBatch, Plan, Prepare, Step, Together
@@ -285,6 +285,7 @@ def _write_documents(unit: Unit, /, documents: Mapping[str, tuple[int, ChatRows]
     for chat_id, (_, chat_rows) in documents.items():  # a batch written again after a race: all of them
         chat_rows.chat["version"] = stored.get(chat_id, 0) + 1
         chat_rows.chat["search_from"] = mark
+        sealing.seal_chat(unit, chat_rows)
     attachments.store(unit, [p for r in rows for p in r.parts])
     writer = unit.backend.row_writer(unit.executor)
     for table, table_rows in (

@@ -21,7 +21,7 @@ from chatarchive._exceptions import ChatNotFound, ConflictError
 from chatarchive._rows import MessageRows, message_from_rows, messages_to_rows
 from chatarchive._schema import DOCUMENT_ORDER, tables
 
-from . import attachments, searching
+from . import attachments, sealing, searching
 from .appends import adding_values
 from .unit import Unit
 
@@ -124,9 +124,11 @@ def message_data(unit: Unit, /, chat_id: str, row: Mapping[Any, Any]) -> dict[st
         query = select(table).where(table.c.chat_id == chat_id, table.c.message_position == position)
         return list(unit.execute(query.order_by(*DOCUMENT_ORDER[table])).mappings())
 
-    parts = rows_of(tables.content_parts)
+    parts = sealing.open_message_rows(unit, chat_id, "content_parts", rows_of(tables.content_parts))
     attachments.restore(unit, parts, chat_id=chat_id)
-    return message_from_rows(row, parts, rows_of(tables.tool_calls))
+    calls = sealing.open_message_rows(unit, chat_id, "tool_calls", rows_of(tables.tool_calls))
+    (opened,) = sealing.open_message_rows(unit, chat_id, "messages", [row])
+    return message_from_rows(opened, parts, calls)
 
 
 def rewrite_message(
@@ -138,6 +140,7 @@ def rewrite_message(
     rows = messages_to_rows(
         chat_id, [message], user_id=stored["chat_user_id"], first_position=position, now=moment
     )
+    sealing.seal_new(unit, rows)
     if children:
         attachments.releasing(
             unit,
@@ -216,6 +219,7 @@ def lock_row(unit: Unit, /, chat_id: str) -> Mapping[Any, Any] | None:
         unit.execute(
             select(tables.chats.c.version, tables.chats.c.message_count, tables.chats.c.user_id)
             .add_columns(
+                tables.chats.c.sealed,
                 tables.chats.c.extra,
                 tables.chats.c.ordered_json,
                 tables.chats.c.active_leaf,
@@ -266,11 +270,12 @@ def bump(
     bumped = unit.execute(statement, params).first()
     before = None
     if bumped is not None:
-        version, message_count, user_id, active_leaf, *settings = bumped
+        version, message_count, user_id, sealed, active_leaf, *settings = bumped
         before = {
             "version": version - 1,
             "message_count": message_count - added,
             "user_id": user_id,
+            "sealed": sealed,
             "active_leaf": active_leaf,
         }
         if added:  # the statement read the search settings, and marked the chat if they defer indexing
@@ -288,7 +293,12 @@ def _bump_statements() -> tuple[Any, Any]:
     (``searching``), so that an append is no more statements than with no
     search index at all."""
     new_version: dict[str, Any] = {"version": tables.chats.c.version + 1, "updated_at": bindparam("moment")}
-    returned: list[Any] = [tables.chats.c.version, tables.chats.c.message_count, tables.chats.c.user_id]
+    returned: list[Any] = [
+        tables.chats.c.version,
+        tables.chats.c.message_count,
+        tables.chats.c.user_id,
+        tables.chats.c.sealed,
+    ]
     alone = (
         update_rows(tables.chats)
         .where(tables.chats.c.chat_id == bindparam("bumped_chat"))
@@ -326,6 +336,7 @@ def _checked(
     """The locked chat's row, if the unit may see it and it is at the expected version."""
     if row is None or not unit.visible(row):
         raise ChatNotFound(chat_id)
+    sealing.known(unit, chat_id, row["sealed"], row["user_id"])
     if expected_version is not None and row["version"] != expected_version:
         raise ConflictError(f"chat {chat_id!r} is at version {row['version']}, not {expected_version}")
     return row

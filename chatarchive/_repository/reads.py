@@ -38,7 +38,7 @@ from chatarchive._search import (
 )
 from chatarchive._types import ArchiveText, UTCDateTime
 
-from . import attachments, searching
+from . import attachments, sealing, searching
 from .plans import Emit, FaceFacts, Kind, Step, Stream
 from .unit import NOBODY, Unit, scoped_user
 
@@ -159,12 +159,14 @@ def _document_rows(
     unit: Unit, /, chat_ids: Sequence[str], *, whole: bool = False, last: int | None = None
 ) -> DocumentRows:
     """The rows of the documents of ``chat_ids`` (see ``Backend.load_document_rows``),
-    their parts' attachments put back."""
+    sealed chats' rows opened and their parts' attachments put back."""
     for attempt in range(_READ_ATTEMPTS):
         with unit.reading():
             rows = unit.backend.load_document_rows(
                 unit.executor, chat_ids, user_id=unit.user_id, whole=whole, last=last
             )
+            for chat in rows.chats:
+                sealing.open_rows(unit, chat, rows.children[chat["chat_id"]])
             last_attempt = attempt == _READ_ATTEMPTS - 1
             if all(
                 attachments.restore(

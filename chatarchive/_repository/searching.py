@@ -139,6 +139,10 @@ def written(
 ) -> None:
     """The rows of new messages are written: index them, or mark their chats
     (unless ``marked``: their chat rows were written with ``pending_mark``)."""
+    sealed = {chat_id for chat_id, (is_sealed, _) in unit.seals.items() if is_sealed}
+    if sealed:  # nothing of a sealed chat is indexed
+        message_rows = [row for row in message_rows if row["chat_id"] not in sealed]
+        part_rows = [row for row in part_rows if row["chat_id"] not in sealed]
     if not message_rows:
         return
     current = settings(unit)
@@ -311,6 +315,12 @@ def _stored_texts(
 ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
     """The message and text part rows of ``chat_ids`` (from ``from_position``
     on; without it, from each chat's ``search_from``) that search reads."""
+    sealed = set(
+        unit.execute(
+            select(tables.chats.c.chat_id).where(tables.chats.c.chat_id.in_(chat_ids), tables.chats.c.sealed)
+        ).scalars()
+    )
+    chat_ids = [chat_id for chat_id in chat_ids if chat_id not in sealed]  # nothing of them is indexed
     if from_position is None:
         start: Any = (
             select(tables.chats.c.search_from)

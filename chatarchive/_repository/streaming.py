@@ -22,7 +22,7 @@ from chatarchive._schema import DOCUMENT_ORDER, tables
 from chatarchive._types import ArchiveText
 from chatarchive.redaction import redact_messages
 
-from . import searching
+from . import sealing, searching
 from .chat_rows import bump, message_data, require_chat, rewrite_message, stored_message
 from .unit import Unit, now
 from .writes import append_messages
@@ -148,6 +148,8 @@ def append_chunk(
         _check_tool_call_index(unit, chat_id, tool_call_index)
     if unit.redactor is not None:  # piece by piece; the completed message is redacted again, whole
         chunk = unit.redactor.redact(chunk, chat_id)
+    if unit.keys is not None:  # sealed if its chat is (without keys, a sealed chat takes no chunk: below)
+        chunk = sealing.seal_chunk(unit, chat_id, chunk)
     following = (
         select(func.coalesce(func.max(tables.message_chunks.c.position) + 1, 0))
         .where(
@@ -177,6 +179,8 @@ def append_chunk(
             tables.messages.c.completed.is_(False),
         )
     )
+    if unit.keys is None:
+        source = source.where(tables.chats.c.sealed.is_(False))
     if unit.backend.locks_rows_in_any_statement(unit.connection):
         statement = insert(tables.message_chunks).from_select(
             _CHUNK_COLUMNS, source.with_for_update(**_KEY_SHARE)
@@ -244,8 +248,9 @@ def complete_message(unit: Unit, /, chat_id: str, message_uid: str, **fields: An
         chunks = select(tables.message_chunks).where(
             tables.message_chunks.c.chat_id == chat_id, tables.message_chunks.c.message_position == position
         )
+        stored_chunks = list(unit.execute(chunks.order_by(*DOCUMENT_ORDER[tables.message_chunks])).mappings())
         unfolded = fold_chunks(
-            data, list(unit.execute(chunks.order_by(*DOCUMENT_ORDER[tables.message_chunks])).mappings())
+            data, sealing.open_message_rows(unit, chat_id, "message_chunks", stored_chunks)
         )
         if unfolded and "tool_calls" not in fields:
             raise InvalidDocument(
@@ -272,6 +277,8 @@ def complete_message(unit: Unit, /, chat_id: str, message_uid: str, **fields: An
 
 def _explain_missing_message(unit: Unit, /, chat_id: str, message_uid: str) -> NoReturn:
     require_chat(unit, chat_id)
+    if unit.keys is None and sealing.is_sealed(unit, chat_id):
+        sealing.key_of_chat(unit, chat_id)  # raises: a sealed chat needs the keys
     with unit.reading():
         completed = unit.execute(
             select(tables.messages.c.completed).where(

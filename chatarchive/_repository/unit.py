@@ -24,6 +24,7 @@ from chatarchive._document import ChatDocument, Limits
 from chatarchive._exceptions import InvalidDocument
 from chatarchive._schema import tables
 from chatarchive._terms import SearchSettings
+from chatarchive.encryption import UserKeys
 from chatarchive.redaction import Redactor
 
 from . import attachments
@@ -67,6 +68,8 @@ class Unit:
         user_id: the user whose chats the unit may see and write (``None``: any).
         limits: the largest input accepted (``None``: the defaults).
         redactor: what replaces text before it is stored (``None``: nothing).
+        keys: the users' keys that seal their chats (``None``: none are sealed,
+            and sealed chats cannot be read or written).
         savepoints: wrap each write in a savepoint, so that a failed write
             leaves the transaction as it was (off when the transaction holds
             exactly one operation, which rolls back whole).
@@ -81,12 +84,18 @@ class Unit:
         limits: Limits | None,
         savepoints: bool,
         redactor: Redactor | None = None,
+        keys: UserKeys | None = None,
     ) -> None:
         self.executor = executor
         self.backend = backend
         self.user_id = user_id
         self.limits = limits
         self.redactor = redactor
+        self.keys = keys
+        #: Each chat written or read in this unit: whether it is sealed, and its user (``sealing``).
+        self.seals: dict[str, tuple[bool, str | None]] = {}
+        #: Each user's data key, once read (``sealing``; ``None``: the user has none).
+        self.user_keys: dict[str, bytes | None] = {}
         self.savepoints = savepoints
         #: The archive's search settings, once read (``searching.settings``).
         self.search_settings: SearchSettings | None = None

@@ -46,7 +46,7 @@ from chatarchive._rows import (
 from chatarchive._schema import in_pieces, tables
 from chatarchive.redaction import Redactor, redact_document, redact_feedback, redact_messages
 
-from . import attachments, searching
+from . import attachments, sealing, searching
 from .appends import append_in_one_statement
 from .chat_rows import (
     CREATE_ATTEMPTS,
@@ -78,6 +78,7 @@ __all__ = [
     "delete_feedback",
     "delete_older_than",
     "delete_user",
+    "delete_user_key",
     "edit",
     "parsed_messages",
     "regenerate",
@@ -149,6 +150,7 @@ def save(unit: Unit, /, doc: ChatDocument | Mapping[str, Any], *, expected_versi
                 refuse_to_lose_branches(doc.chat_id, current)
             rows = document_to_rows(doc, now=now(), version=stored + 1)
             rows.chat["search_from"] = searching.pending_mark(unit)
+            sealing.seal_chat(unit, rows)
             if current is None:
                 if not unit.backend.create_chat(unit.executor, rows.chat):
                     continue  # another writer created the chat after the lock found none: replace it
@@ -394,6 +396,7 @@ def _add(
             parent=attach_to,
             sibling_index=sibling_index,
         )
+        sealing.seal_new(unit, rows)
         insert_messages(unit, rows)
         searching.written(unit, rows.messages, rows.parts, marked=before.get("search_marked", False))
     return [m if m.created_at else m.model_copy(update={"created_at": moment}) for m in parsed]
@@ -520,6 +523,13 @@ def update(
             kept = {name: value for name, value in ordered.items() if name not in values}
             values["ordered_json"] = {**kept, **(chat_ordered_json(values) or {})} or None
         user = values["user_id"] if "user_id" in values else current["user_id"]
+        if "user_id" in values and user != current["user_id"] and current["sealed"]:
+            raise InvalidArgument(
+                f"chat {chat_id!r} is sealed with the key of user {current['user_id']!r}: it cannot be given "
+                "to another user (save it as theirs, then delete it)",
+                argument="user_id",
+                chat_id=chat_id,
+            )
         if "user_id" in values and user != current["user_id"]:  # the chat's rows follow it
             for table in unit.backend.owned_tables():
                 unit.execute(update_rows(table).where(table.c.chat_id == chat_id).values(chat_user_id=user))
@@ -659,7 +669,9 @@ def delete(unit: Unit, /, chat_id: str) -> None:
 
 
 def delete_user(unit: Unit, /, user_id: str) -> int:
-    """Delete every chat of a user; returns how many there were."""
+    """Delete every chat of a user, and the user's key (``chatarchive.encryption``):
+    what a backup still holds of their sealed chats can never be read; returns
+    how many chats there were."""
     user_id = require_user_id(user_id)
     if unit.user_id is not None and user_id != unit.user_id:
         return 0
@@ -676,7 +688,20 @@ def delete_user(unit: Unit, /, user_id: str) -> int:
             delete_children(unit, chosen)
             unit.execute(delete_rows(tables.chats).where(chosen))
             deleted += len(locked)
+        sealing.delete_key(unit, user_id)
     return deleted
+
+
+def delete_user_key(unit: Unit, /, user_id: str) -> bool:
+    """Delete the user's key (crypto-shredding): the user's sealed chats, and
+    every copy of them in backups, can never be read again; their rows stay
+    (reading one raises ``SealedChat``) until deleted. Returns whether the user
+    had a key. A user's archive deletes its own user's key alone."""
+    user_id = require_user_id(user_id)
+    if unit.user_id is not None and user_id != unit.user_id:
+        return False
+    with unit.writing():
+        return sealing.delete_key(unit, user_id)
 
 
 def delete_older_than(

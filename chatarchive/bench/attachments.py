@@ -83,14 +83,14 @@ def measure_attachments(
     for run in range(runs):
         for once in (False, True):
             progress(f"attachments {'stored once' if once else 'inline'}", run, runs)
-            _empty(engine)
+            empty(engine)
             archive.set_attachments_stored_once(once)
             start = time.perf_counter()
             archive.save_many(workload)
             rates[once].append(messages / (time.perf_counter() - start))
             sizes[once] = _bytes(engine) / messages
     archive.set_attachments_stored_once(False)
-    _empty(engine)
+    empty(engine)
     return {
         "attachments_images": float(images),
         "attachments_distinct_images": float(
@@ -112,7 +112,8 @@ def measure_attachments(
     }
 
 
-def _empty(engine: Engine) -> None:
+def empty(engine: Engine) -> None:
+    """Delete every chat (and the keys); give a SQLite file its pages back."""
     postgres = backend_of(engine).name == "postgresql"
     tables = [table.name for table in metadata.sorted_tables if table.name != "archive_settings"]
     with engine.begin() as connection:

@@ -40,6 +40,7 @@ from chatarchive.formats import export
 from .attachments import measure_attachments
 from .citus import measure_citus
 from .frameworks import FRAMEWORKS, available, measure_frameworks
+from .sealing import measure_sealing
 from .search import measure_search
 from .workload import chatgpt_export, generate_chats, search_terms
 
@@ -131,6 +132,15 @@ class BenchReport:
             ),
             "save_many with repeated images, attachments stored once / inline": self.ratio(
                 "attachments_once_save_many", "attachments_inline_save_many"
+            ),
+            "save_many, chats sealed with their users' keys / plain": self.ratio(
+                "sealing_sealed_save_many", "sealing_plain_save_many"
+            ),
+            "save_many, chats sealed with their users' keys / plain without the search index": self.ratio(
+                "sealing_sealed_save_many", "ingest_save_many_no_search_index"
+            ),
+            "get, a chat sealed with its user's key / plain": self.ratio(
+                "sealing_sealed_get_median_ms", "sealing_plain_get_median_ms"
             ),
             "storage, no search index / JSONB doc per chat": self.ratio(
                 "bytes_per_message_no_search_index", "bytes_per_message_jsonb_doc"
@@ -241,6 +251,7 @@ def run_bench(
     search: int = 0,
     citus: str | URL | None = None,
     attachments: bool = False,
+    keys: bool = False,
     progress: Progress | None = None,
 ) -> BenchReport:
     """Load and read the synthetic workload; see the module docstring."""
@@ -265,6 +276,7 @@ def run_bench(
                 search=search,
                 citus=None if citus is None else database_url(citus),
                 attachments=attachments,
+                keys=keys,
             )
         finally:
             engine.dispose()
@@ -380,6 +392,7 @@ class _Bench:
         search: int = 0,
         citus: URL | None = None,
         attachments: bool = False,
+        keys: bool = False,
     ) -> BenchReport:
         tool_calls = sum(len(m.get("tool_calls") or ()) for doc in self.docs for m in doc["messages"])
         try:
@@ -402,6 +415,12 @@ class _Bench:
             if attachments:
                 self.figures.update(
                     measure_attachments(
+                        self.archive, self.engine, self.docs, runs=self.runs, progress=self.progress
+                    )
+                )
+            if keys:
+                self.figures.update(
+                    measure_sealing(
                         self.archive, self.engine, self.docs, runs=self.runs, progress=self.progress
                     )
                 )

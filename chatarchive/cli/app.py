@@ -21,8 +21,9 @@ import click
 from chatarchive._api import ChatArchive
 from chatarchive._document import ChatFilter
 from chatarchive._engine import DEFAULT_URL, URL_ENV, in_memory, shown_url
-from chatarchive._exceptions import ChatArchiveError
+from chatarchive._exceptions import ChatArchiveError, InvalidArgument
 from chatarchive._migrations import stored_chats
+from chatarchive.encryption import keys_from_environment
 
 from .rendering import printable
 
@@ -173,7 +174,11 @@ class _State:
 
     def archive(self) -> ChatArchive:
         if self._archive is None:
-            archive = ChatArchive(self.url)
+            try:
+                keys = keys_from_environment()
+            except InvalidArgument as exc:
+                fail(str(exc))
+            archive = ChatArchive(self.url, keys=keys)
             command = click.get_current_context()
             # Each command is a process of its own: what one wrote, the next would not see.
             # 'quickstart' does all its work in one; '--sql' only prints a migration.

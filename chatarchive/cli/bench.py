@@ -71,6 +71,11 @@ __all__ = ["bench"]
     help="Also load the workload with its images as base64 data URLs that users send again, with "
     "attachments inline and stored once: save_many speed and bytes per message.",
 )
+@click.option(
+    "--keys",
+    is_flag=True,
+    help="Also time save_many and get of chats sealed with their users' keys against plain ones.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def bench(
     chats: int,
@@ -86,6 +91,7 @@ def bench(
     search: int,
     citus: str | None,
     attachments: bool,
+    keys: bool,
     as_json: bool,
 ) -> None:
     """Measure ingest, reads, storage and memory against the database's own limits.
@@ -120,6 +126,7 @@ def bench(
             frameworks=frameworks,
             search=search,
             attachments=attachments,
+            keys=keys,
             citus=citus,
             progress=report,
         )

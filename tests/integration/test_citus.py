@@ -172,10 +172,11 @@ def test_distribute_moves_stored_chats_records_it_and_is_idempotent(citus_url: U
         reference = {"archive_settings", "model_prices"}  # the archive's own, on every node
         assert {kinds.pop(name) for name in reference} == {"reference"}
         assert set(kinds.values()) == {"distributed"}
-        # Every table with the chats' shards, but the attachments: by their SHA-256, apart.
-        by_chat = {colocation for name, _, colocation in placed if name not in {*reference, "attachments"}}
+        # Every table with the chats' shards, but the attachments (by SHA-256) and the keys (by user), apart.
+        apart = {"attachments", "user_keys"}
+        by_chat = {colocation for name, _, colocation in placed if name not in {*reference, *apart}}
         assert len(by_chat) == 1
-        assert next(colocation for name, _, colocation in placed if name == "attachments") not in by_chat
+        assert not {colocation for name, _, colocation in placed if name in apart} & by_chat
         assert set(kinds) == {
             "chats",
             "chat_tags",
@@ -190,6 +191,7 @@ def test_distribute_moves_stored_chats_records_it_and_is_idempotent(citus_url: U
             "checkpoint_writes",
             "embeddings",
             "attachments",
+            "user_keys",
         }
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import chatarchive
+import chatarchive.encryption
 import chatarchive.formats
 import chatarchive.importing
 
@@ -47,7 +48,7 @@ def docstring_examples() -> list[doctest.DocTest]:
     tests = []
     for name in chatarchive.__all__:
         tests += [test for test in finder.find(getattr(chatarchive, name), name) if test.examples]
-    for module in (chatarchive.formats, chatarchive.importing):  # the public modules
+    for module in (chatarchive.formats, chatarchive.importing, chatarchive.encryption):  # the public modules
         tests += [test for test in finder.find(module) if test.examples]
     return tests
 
