@@ -204,3 +204,33 @@ def test_import_redacts_when_asked_with_the_key_of_the_environment(
     assert EMAIL not in shown
     expected = PatternRedactor(key="the operator's key").redact(f"{EMAIL} {CARD}", "imported")
     assert json.loads(shown)["messages"][0]["content"] == expected
+
+
+def test_presidio_as_a_redactor_redacts_every_write_and_search_finds_no_original(
+    archive: ChatArchive,
+) -> None:
+    """Presidio's analyzer (its pattern recognizers, no language model) as the
+    archive's redactor: what it finds is replaced before anything is stored."""
+    from chatarchive.integrations.presidio import PresidioRedactor
+
+    mail = "quokka.ann@example.org"  # Presidio takes only domains of the public suffix list
+    redactor = PresidioRedactor(
+        key=b"the application's key", entities=["EMAIL_ADDRESS", "CREDIT_CARD", "IBAN_CODE"]
+    )
+    presidio = ChatArchive(engine=archive.engine, redactor=redactor)
+    presidio.save(
+        {"chat_id": "p", "messages": [{"role": "user", "content": f"Refund {CARD} to {IBAN}, mail {mail}"}]}
+    )
+    presidio.append("p", [{"role": "assistant", "content": [{"type": "text", "text": f"Done, {mail}."}]}])
+    messages = presidio.get("p").messages
+    question = str(messages[0].content)
+    assert re.fullmatch(
+        r"Refund \[CREDIT_CARD_[0-9a-f]{8}\] to \[IBAN_CODE_[0-9a-f]{8}\], mail (\[EMAIL_ADDRESS_[0-9a-f]{8}\])",
+        question,
+    )
+    first = re.search(r"\[EMAIL_ADDRESS_[0-9a-f]{8}\]", question)
+    assert first is not None
+    assert messages[1].model_dump(mode="json")["content"][0]["text"] == f"Done, {first.group()}."
+    assert redactor.counts() == {"credit_card": 1, "email_address": 2, "iban_code": 1}
+    assert list(presidio.search("quokka")) == []
+    assert leaked(archive) == []
