@@ -35,7 +35,9 @@ one an earlier record of the same import named (the report lists those).
 
 from __future__ import annotations
 
+import base64
 import errno
+import mimetypes
 import os
 import re
 import sys
@@ -250,6 +252,89 @@ def input_size(sources: Sequence[str | os.PathLike[str]]) -> int | None:
     return None if stdin else total
 
 
+#: What a ChatGPT part points at its file with: ``file-service://file-...`` or ``sediment://file_...``.
+_ASSET_POINTER = re.compile(r"(?:file-service|sediment)://(file[-_][A-Za-z0-9]+)")
+
+
+@dataclass
+class _Files:
+    """The files beside the records of a zip or a directory (an export's
+    uploads and generated images), by base name, and how to read each."""
+
+    openers: dict[str, Opener] = field(default_factory=dict)
+
+    def add(self, name: str, opener: Opener) -> None:
+        self.openers.setdefault(_base_name(name), opener)
+
+    def find(self, asset: str) -> tuple[str, Opener] | None:
+        """The file of a ChatGPT asset id: named by the id, alone or before ``-`` or ``.``."""
+        for name, opener in self.openers.items():
+            if name == asset or name.startswith((f"{asset}-", f"{asset}.")):
+                return name, opener
+        return None
+
+
+def _files_beside(sources: Sequence[str | os.PathLike[str]]) -> _Files:
+    """The files that the zips and directories among ``sources`` hold beside their records."""
+    found = _Files()
+    for path in sources:
+        name = os.fspath(path)
+        if name == "-":
+            continue
+        if os.path.isdir(name):
+            for folder, _, files in os.walk(name):
+                for file in files:
+                    full = os.path.join(folder, file)
+                    if not _RECORD_FILES.fullmatch(file):
+                        found.add(full, partial(_file, full))
+        elif zipfile.is_zipfile(name):
+            with zipfile.ZipFile(name) as archive:
+                for info in archive.infolist():
+                    if not info.is_dir() and not _RECORD_FILES.fullmatch(_base_name(info.filename)):
+                        found.add(info.filename, partial(_member, name, info.filename))
+    return found
+
+
+def _with_export_files(document: ChatDocument, files: _Files, *, most: int) -> ChatDocument:
+    """``document`` (a ChatGPT conversation) with the file that each of its
+    kept parts points at (an image, an upload) added to the part as a file
+    (``file: {filename, file_data}``, a data URL), when the export holds it
+    and it is at most ``most`` bytes; the ChatGPT export of the chat is
+    unchanged (it gives back the part as it came)."""
+    if not files.openers:
+        return document
+    changed = False
+    messages = []
+    for message in document.messages:
+        content = message.content
+        if isinstance(content, list) and any(part.type == "chatgpt_part" for part in content):
+            parts = [_with_file(part, files, most) for part in content]
+            if any(new is not old for new, old in zip(parts, content, strict=True)):
+                message = message.model_copy(update={"content": parts})
+                changed = True
+        messages.append(message)
+    return document.model_copy(update={"messages": messages}) if changed else document
+
+
+def _with_file(part: Any, files: _Files, most: int) -> Any:
+    kept = (part.model_extra or {}).get("part")
+    pointer = kept.get("asset_pointer") if isinstance(kept, dict) else None
+    matched = _ASSET_POINTER.fullmatch(pointer) if isinstance(pointer, str) else None
+    if part.type != "chatgpt_part" or matched is None or part.file is not None:
+        return part
+    found = files.find(matched.group(1))
+    if found is None:
+        return part
+    name, opener = found
+    with opener() as raw:
+        data = raw.read(most + 1)
+    if len(data) > most:
+        return part  # larger than a message may hold: the part stays a pointer
+    media_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
+    url = f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"
+    return part.model_copy(update={"file": {"filename": name, "file_data": url}})
+
+
 def document_of(record: Record, format: str = "auto") -> ChatDocument | Mapping[str, Any]:
     """The chat a record holds: a canonical document that names its chat as it
     is, for ``save_many`` to validate (once: a ``ChatDocument`` is validated
@@ -279,7 +364,11 @@ def import_chats(
     progress: Callable[[int, int], None] | None = None,
 ) -> ImportReport:
     """Import the chats of ``sources`` (paths; ``-`` is standard input) into
-    ``archive``.
+    ``archive``. From a zip or a directory of a ChatGPT export, the files
+    that conversations' parts point at (uploads, generated images) are added
+    to those parts as files (``file: {filename, file_data}``, data URLs),
+    stored once when the archive stores attachments once; the ChatGPT export
+    of the chats is unchanged.
 
     Args:
         format: the records' format, or ``auto`` to detect each record's.
@@ -320,6 +409,11 @@ def import_chats(
         if on_error is not None:
             on_error(place, error)
 
+    # The files an export holds beside its conversations, and the largest one
+    # a message can take (as base64, beside the rest of the message).
+    beside = _files_beside(sources)
+    most_file_bytes = (archive._limits or DEFAULT_LIMITS).max_message_bytes // 2
+
     # Where each chat id was first seen, to report records that name a chat
     # again: ids only, not documents.
     first_seen: dict[str, str] = {}
@@ -336,6 +430,8 @@ def import_chats(
             where = record.where
             try:
                 document = document_of(record, format)
+                if isinstance(document, ChatDocument):
+                    document = _with_export_files(document, beside, most=most_file_bytes)
             except ChatArchiveError as exc:
                 failed(where, exc)
                 continue

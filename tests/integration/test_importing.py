@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
-from chatarchive import ChatArchive, ChatArchiveError, ImportFailed, InvalidArgument, InvalidDocument
+from chatarchive import ChatArchive, ChatArchiveError, ImportFailed, InvalidArgument, InvalidDocument, formats
 from chatarchive.importing import Duplicate, import_chats, input_size
 from tests.support.samples import FORMAT_SAMPLES
 
@@ -136,3 +138,61 @@ def test_a_directory_and_a_zip_of_other_files_import_every_json_file_and_name_ea
     assert (report.imported, report.failed) == (3, 1)
     assert places == [f"{folder / 'more' / 'b.json'}:2"]
     assert {chat.chat_id for chat in archive.list_chats().items} == {"a", "b", "c"}
+
+
+def test_the_files_of_a_chatgpt_export_zip_are_kept_with_the_parts_that_point_at_them(
+    archive: ChatArchive, tmp_path: Path
+) -> None:
+    """A ChatGPT export's uploads and generated images are files beside its
+    conversations (``file-ID-name`` at the top or in folders, ``file_ID...``
+    in newer exports); each part that points at one (``file-service://ID``,
+    ``sediment://ID``) gets its bytes, stored once, and the chat still
+    exports to ChatGPT's format as it came."""
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8
+    webp = b"RIFF\x00\x00\x00\x00WEBPVP8 " + bytes(range(200)) * 10
+    conversation = json.loads((FORMAT_SAMPLES / "chatgpt" / "tools-reasoning-branches.json").read_text())
+    record = conversation[0] if isinstance(conversation, list) else conversation
+    assert "file-service://file-cat1" in json.dumps(record)
+    newer_id = "0f1e2d3c-4b5a-4968-8776-655443320099"
+    newer = {**record, "id": newer_id, "conversation_id": newer_id, "title": "newer layout"}
+    newer = json.loads(json.dumps(newer).replace("file-service://file-cat1", "sediment://file_0000abc"))
+    export = tmp_path / "chatgpt-export.zip"
+    with zipfile.ZipFile(export, "w") as packed:
+        packed.writestr("conversations.json", json.dumps([record, newer]))
+        packed.writestr("file-cat1-cat.png", png)
+        packed.writestr("user-xyz/file_0000abc-4f6e.webp", webp)
+        packed.writestr("file-cat10-other.png", b"not this one")
+    archive.set_attachments_stored_once(True)
+    report = import_chats(archive, [export])
+    assert (report.imported, report.failed) == (2, 0)
+    for chat_id, raw, name, media in (
+        (record["id"], png, "file-cat1-cat.png", "image/png"),
+        (newer["id"], webp, "file_0000abc-4f6e.webp", "image/webp"),
+    ):
+        document = archive.get_tree(chat_id).document
+        files = [
+            part.file
+            for message in document.messages
+            if isinstance(message.content, list)
+            for part in message.content
+            if part.file is not None
+        ]
+        assert files == [
+            {"filename": name, "file_data": f"data:{media};base64," + base64.b64encode(raw).decode()}
+        ]
+        exported = formats.export(document, "chatgpt")
+        assert exported == json.loads(json.dumps(record if chat_id == record["id"] else newer))
+    with archive.engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM attachments")).scalar() == 2
+    # The same export unpacked into a directory: the same parts, written again.
+    unpacked = tmp_path / "unpacked"
+    zipfile.ZipFile(export).extractall(unpacked)
+    assert import_chats(archive, [unpacked]).imported == 2
+    again = archive.get_tree(newer_id).document
+    assert [
+        part.file["filename"]
+        for m in again.messages
+        if isinstance(m.content, list)
+        for part in m.content
+        if part.file
+    ] == ["file_0000abc-4f6e.webp"]
