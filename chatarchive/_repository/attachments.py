@@ -90,7 +90,13 @@ def store(unit: Unit, /, part_rows: Sequence[Row]) -> None:
     inserted: with attachments stored once, cut each part's payload out of
     its JSON into an attachment, and write the attachments (in key order, so
     that writers lock them in one order)."""
-    held = [row for row in part_rows if row["data"] and may_hold_payload(row["data"])]
+    sealed = {chat_id for chat_id, (is_sealed, _) in unit.seals.items() if is_sealed}
+    held = [
+        row
+        for row in part_rows
+        # A sealed chat's parts are sealed whole, payloads included (sealing).
+        if row["data"] and row["chat_id"] not in sealed and may_hold_payload(row["data"])
+    ]
     if not held or not stored_once(unit):
         return
     found: dict[tuple[str, str], Attachment] = {}

@@ -124,8 +124,9 @@ def message_data(unit: Unit, /, chat_id: str, row: Mapping[Any, Any]) -> dict[st
         query = select(table).where(table.c.chat_id == chat_id, table.c.message_position == position)
         return list(unit.execute(query.order_by(*DOCUMENT_ORDER[table])).mappings())
 
-    parts = sealing.open_message_rows(unit, chat_id, "content_parts", rows_of(tables.content_parts))
+    parts = rows_of(tables.content_parts)
     attachments.restore(unit, parts, chat_id=chat_id)
+    parts = sealing.open_message_rows(unit, chat_id, "content_parts", parts)
     calls = sealing.open_message_rows(unit, chat_id, "tool_calls", rows_of(tables.tool_calls))
     (opened,) = sealing.open_message_rows(unit, chat_id, "messages", [row])
     return message_from_rows(opened, parts, calls)

@@ -165,8 +165,6 @@ def _document_rows(
             rows = unit.backend.load_document_rows(
                 unit.executor, chat_ids, user_id=unit.user_id, whole=whole, last=last
             )
-            for chat in rows.chats:
-                sealing.open_rows(unit, chat, rows.children[chat["chat_id"]])
             last_attempt = attempt == _READ_ATTEMPTS - 1
             if all(
                 attachments.restore(
@@ -174,6 +172,8 @@ def _document_rows(
                 )
                 for chat_id, children in rows.children.items()
             ):
+                for chat in rows.chats:
+                    sealing.open_rows(unit, chat, rows.children[chat["chat_id"]])
                 return rows
     raise AssertionError("the last attempt raises")  # pragma: no cover
 

@@ -212,6 +212,33 @@ def test_delete_user_deletes_the_users_key(archive: ChatArchive) -> None:
         assert connection.execute(select(tables.user_keys)).all() == []
 
 
+def test_a_sealed_chat_keeps_its_images_sealed_in_its_parts_whatever_the_attachments_switch(
+    archive: ChatArchive,
+) -> None:
+    import base64
+
+    image = (
+        "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 16).decode()
+    )
+    sealed = sealed_archive(archive)
+    sealed.set_attachments_stored_once(True)
+    doc = {
+        "chat_id": "img",
+        "user_id": "ann",
+        "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}}]}],
+    }
+    sealed.save(doc)
+    sealed.save_many([{**doc, "chat_id": "img-2"}])
+    sealed.append("img", [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}}]}])
+    for chat_id in ("img", "img-2"):
+        assert (
+            sealed.get(chat_id).messages[-1].model_dump(mode="json")["content"][0]["image_url"]["url"]
+            == image
+        )
+    with archive.engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM attachments")).scalar() == 0
+
+
 def test_keys_are_checked() -> None:
     with pytest.raises(InvalidArgument, match="32 bytes"):
         UserKeys(master_key=b"short")
