@@ -254,6 +254,8 @@ def input_size(sources: Sequence[str | os.PathLike[str]]) -> int | None:
 
 #: What a ChatGPT part points at its file with: ``file-service://file-...`` or ``sediment://file_...``.
 _ASSET_POINTER = re.compile(r"(?:file-service|sediment)://(file[-_][A-Za-z0-9]+)")
+#: The asset id an export's file is named for: ``file-ID``, then the end, ``-`` or ``.``.
+_ASSET_FILE = re.compile(r"(file[-_][A-Za-z0-9]+)(?:$|[-.])")
 
 
 @dataclass
@@ -261,17 +263,18 @@ class _Files:
     """The files beside the records of a zip or a directory (an export's
     uploads and generated images), by base name, and how to read each."""
 
-    openers: dict[str, Opener] = field(default_factory=dict)
+    #: By the asset id a file is named for (``file-ID``, alone or before ``-`` or ``.``).
+    openers: dict[str, tuple[str, Opener]] = field(default_factory=dict)
 
     def add(self, name: str, opener: Opener) -> None:
-        self.openers.setdefault(_base_name(name), opener)
+        base = _base_name(name)
+        named = _ASSET_FILE.match(base)
+        if named is not None:
+            self.openers.setdefault(named.group(1), (base, opener))
 
     def find(self, asset: str) -> tuple[str, Opener] | None:
-        """The file of a ChatGPT asset id: named by the id, alone or before ``-`` or ``.``."""
-        for name, opener in self.openers.items():
-            if name == asset or name.startswith((f"{asset}-", f"{asset}.")):
-                return name, opener
-        return None
+        """The file of a ChatGPT asset id."""
+        return self.openers.get(asset)
 
 
 def _files_beside(sources: Sequence[str | os.PathLike[str]]) -> _Files:

@@ -187,9 +187,8 @@ def open_rows(
         return
     key = _key(unit, chat_id, chat["user_id"], create=False)
     for table, rows in children.items():
-        name = table.name if hasattr(table, "name") else str(table)
-        if name in SEALED_COLUMNS:
-            rows[:] = [opened(key, chat_id, name, row) for row in rows]
+        if table.name in SEALED_COLUMNS:
+            rows[:] = [opened(key, chat_id, table.name, row) for row in rows]
 
 
 def opened(key: bytes, chat_id: str, table: str, row: Mapping[Any, Any]) -> dict[Any, Any]:
