@@ -237,14 +237,14 @@ _FOUND_COLUMNS: dict[str, TypeEngine[Any]] = {
     "uid": ArchiveText(),
     "role": ArchiveText(),
     "created_at": UTCDateTime(),
-    "text": ArchiveText(),
 }
 
 
 def typed_candidates(statement: TextClause, params: dict[str, Any]) -> TextualSelect:
     """A keyword search's candidates statement with its filters' and its
     result columns' types: the message's ``chat_id``, ``position``, ``uid``,
-    ``role``, ``created_at`` and ``text``, its ``terms`` and their ``length``."""
+    ``role`` and ``created_at``, its ``terms`` and their ``length`` (the
+    text of the hits shown is read after ranking)."""
     return _typed_filters(statement, params).columns(**_FOUND_COLUMNS, terms=ArchiveText(), length=Integer())
 
 

@@ -287,8 +287,8 @@ class Backend(ABC):
         self, executor: Executor, query: SearchQuery, filters: SearchFilters, *, candidates: int
     ) -> list[tuple[Any, StoredTerms]]:
         """Up to ``candidates`` messages whose terms match ``query`` (their
-        ``chat_id``, ``position``, ``uid``, ``role``, ``created_at`` and string
-        ``text``), with their stored terms, in no particular order."""
+        ``chat_id``, ``position``, ``uid``, ``role`` and ``created_at``), with
+        their stored terms, in no particular order."""
 
     # -- vectors ---------------------------------------------------------------------------
 

@@ -478,7 +478,7 @@ _DELETE_TERMS = text(
 def _nearest_statement(where: str, candidates: int) -> Any:
     return text(
         f"""
-        SELECT m.chat_id, m.position, m.uid, m.role, m.created_at, m.text,
+        SELECT m.chat_id, m.position, m.uid, m.role, m.created_at,
                vec_distance_cosine(e.embedding, :vector) AS distance
         FROM embeddings e
         JOIN messages m ON m.chat_id = e.chat_id AND m.position = e.message_position
@@ -493,7 +493,7 @@ def _nearest_statement(where: str, candidates: int) -> Any:
 def _match_statement(where: str, candidates: int) -> Any:
     return text(
         f"""
-        SELECT m.chat_id, m.position, m.uid, m.role, m.created_at, m.text, t.terms, 0 AS length
+        SELECT m.chat_id, m.position, m.uid, m.role, m.created_at, t.terms, 0 AS length
         FROM {SEARCH_TERMS} t
         JOIN messages m ON m.rowid = t.rowid
         JOIN chats c ON c.chat_id = m.chat_id

@@ -502,14 +502,28 @@ def configure(
 
 
 def _texts_of(unit: Unit, /, rows: Sequence[Any]) -> dict[tuple[str, int], str]:
-    """The text of the messages of ``rows`` (their string content, which the
-    row holds, or their text parts, read here)."""
-    missing = [row for row in rows if row.text is None]
+    """The text of the messages of ``rows`` (their string content, or their
+    text parts), read for the hits shown alone: candidates carry no text."""
+    if not rows:
+        return {}
+    chat_ids = sorted({row.chat_id for row in rows})
+    positions = sorted({row.position for row in rows})
+    wanted = {(row.chat_id, row.position) for row in rows}
+    found = unit.execute(
+        select(tables.messages.c.chat_id, tables.messages.c.position, tables.messages.c.text).where(
+            tables.messages.c.chat_id.in_(chat_ids), tables.messages.c.position.in_(positions)
+        )
+    ).mappings()
+    message_rows = [dict(row) for row in found if (row["chat_id"], row["position"]) in wanted]
+    missing = [row for row in message_rows if row["text"] is None]
     parts = []
     if missing:
-        positions = tables.content_parts.c.message_position.in_(sorted({row.position for row in missing}))
-        parts = _text_parts(unit, positions, chat_ids=sorted({row.chat_id for row in missing}))
-    return {key: text for key, (text, _user) in _texts([row._mapping for row in rows], parts).items()}
+        parts = _text_parts(
+            unit,
+            tables.content_parts.c.message_position.in_(sorted({row["position"] for row in missing})),
+            chat_ids=sorted({row["chat_id"] for row in missing}),
+        )
+    return {key: text for key, (text, _user) in _texts(message_rows, parts).items()}
 
 
 #: Reciprocal rank fusion's constant: in hybrid search a message scores

@@ -167,7 +167,7 @@ def _nearest_statement(model: str, dimension: int, where: str, *, candidates: in
     vector = f"vector({dimension})"
     return text(
         f"""
-        SELECT m.chat_id, m.position, m.uid, m.role, m.created_at, m.text,
+        SELECT m.chat_id, m.position, m.uid, m.role, m.created_at,
                CAST(e.embedding AS {vector}) <=> CAST(:vector AS {vector}) AS distance
         FROM embeddings e
         JOIN messages m ON m.chat_id = e.chat_id AND m.position = e.message_position
@@ -206,7 +206,7 @@ def _match_statement(where: str, *, candidates: int) -> TextClause:
     # every match.
     return text(
         f"""
-        SELECT m.chat_id, m.position, m.uid, m.role, m.created_at, m.text,
+        SELECT m.chat_id, m.position, m.uid, m.role, m.created_at,
                t.terms::text AS terms, length(t.terms) AS length
         FROM {SEARCH_TERMS} t
         JOIN messages m ON m.chat_id = t.chat_id AND m.position = t.message_position
