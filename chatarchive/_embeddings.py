@@ -46,8 +46,9 @@ __all__ = [
 #: The entry point group where installed packages offer embedders by name.
 ENTRY_POINT_GROUP = "chatarchive.embedders"
 
-#: The most dimensions a vector may have: what pgvector's HNSW index takes.
-MOST_DIMENSIONS = 2000
+#: The most dimensions a vector may have: what pgvector's HNSW index takes of
+#: half-precision vectors (OpenAI's largest embedding model gives 3,072).
+MOST_DIMENSIONS = 4000
 
 EmbedFunction = Callable[[list[str]], Sequence[Sequence[float]]]
 
@@ -64,7 +65,7 @@ class Embedder:
     Attributes:
         name: the model's name, stored with each vector (``embeddings.model``):
             vectors of another name are never compared with this model's.
-        dimension: how many numbers each vector has (at most 2,000).
+        dimension: how many numbers each vector has (at most 4,000).
         embed: any callable from a list of texts to one vector per text, in
             order. It is called from any thread the archive is used from.
         max_chars: a text longer than this is cut (at a space near the end,

@@ -37,7 +37,7 @@ from chatarchive import (
 from chatarchive._migrations import alembic_config
 from chatarchive._schema import SCHEMA_REVISION, SEARCH_OBJECTS, VERSION_TABLE, metadata
 from chatarchive.cli import main
-from tests.support.databases import libpq
+from tests.support.databases import libpq, throwaway_database
 
 ROOT = Path(__file__).resolve().parents[2]
 VIEWS = {
@@ -790,3 +790,56 @@ def test_the_downgrade_below_0017_puts_every_payload_back(empty_database: URL) -
         ]
         archive.upgrade()
         assert archive.get("pictures").model_dump(mode="json") == before
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "citus"])
+def test_the_vector_index_is_built_again_in_half_precision_and_back(kind: str, tmp_path: Path) -> None:
+    """Revision 0019 builds the archive embedder's HNSW index over half-precision
+    vectors; its downgrade builds it over 32-bit ones again (or drops it for
+    vectors wider than that index holds), and search by meaning finds the same
+    hits at every step."""
+    with throwaway_database(kind, tmp_path) as url, ChatArchive(url) as archive:
+        archive.upgrade()
+        _half_precision_and_back(archive)
+
+
+def _half_precision_and_back(archive: ChatArchive) -> None:
+    from sqlalchemy import text
+
+    from chatarchive import Embedder
+    from tests.support.embedders import DIMENSION, meanings, vector_of
+
+    archive.configure_search(embedder=meanings())
+    archive.save(
+        {"chat_id": "garage", "messages": [{"role": "user", "content": "My automobile will not start."}]}
+    )
+    definition = text(
+        "SELECT indexdef FROM pg_indexes WHERE starts_with(indexname, 'ix_embeddings_vectors_')"
+    )
+
+    def indexes() -> list[str]:
+        with archive.engine.connect() as connection:
+            return list(connection.execute(definition).scalars())
+
+    def hits() -> list[str]:
+        return [hit.chat_id for hit in archive.search("car", mode="vector")]
+
+    [built] = indexes()
+    assert "::halfvec(32)) halfvec_cosine_ops" in built
+    archive.downgrade("0018")
+    [older] = indexes()
+    assert "::vector(32)) vector_cosine_ops" in older
+    assert older.split(" USING ")[0] == built.split(" USING ")[0]  # the same name, on the same table
+    archive.upgrade()
+    assert indexes() == [built]
+    assert hits() == ["garage"]
+
+    wide = Embedder(
+        "wide", 3072, lambda texts: [[*vector_of(t), *([0.0] * (3072 - DIMENSION))] for t in texts]
+    )
+    archive.configure_search(embedder=wide)
+    archive.downgrade("0018")
+    assert indexes() == []  # an index of 32-bit vectors holds at most 2,000 numbers
+    archive.upgrade()
+    assert indexes() == []
+    assert hits() == ["garage"]  # every vector compared

@@ -397,6 +397,7 @@ def test_the_hnsw_index_is_built_and_scanned_wide_enough_for_recall(
         ).scalar_one()
         assert "m='24'" in definition
         assert "ef_construction='128'" in definition
+        assert "::halfvec(32)) halfvec_cosine_ops" in definition
         connection.execute(text("LOAD 'vector'"))
         setting = text("SELECT current_setting('hnsw.ef_search')")
         with _hnsw_scans(connection, 100):
@@ -407,3 +408,42 @@ def test_the_hnsw_index_is_built_and_scanned_wide_enough_for_recall(
         with _hnsw_scans(connection, 100):
             assert connection.execute(setting).scalar_one() == "700"
         assert connection.execute(setting).scalar_one() == "700"
+
+
+def test_a_search_by_meaning_is_ordered_by_the_index_and_ranked_by_exact_distance(
+    pg_archive: tuple[ChatArchive, str],
+) -> None:
+    """The search's ordering is the index's expression (a plan may scan the
+    index), and its hits' similarities are those of the stored 32-bit vectors."""
+    from chatarchive._backends.postgresql.search import _nearest_statement, vector_text
+
+    archive, _ = pg_archive
+    archive.configure_search(embedder=meanings())
+    archive.save_many(CHATS)
+    statement = _nearest_statement("meanings", DIMENSION, "", candidates=10)
+    query = vector_text(meanings().vectors(["car"])[0])
+    with archive.engine.begin() as connection:
+        connection.execute(text("SET LOCAL enable_seqscan = off"))
+        plan = "\n".join(connection.execute(text(f"EXPLAIN {statement.text}"), {"vector": query}).scalars())
+    assert "Index Scan using ix_embeddings_vectors_" in plan
+    hits = archive.search("car", mode="vector")
+    exact = meanings().vectors(["car", "Check the battery of the vehicle first."])
+    similarity = sum(a * b for a, b in zip(*exact, strict=True))
+    assert [hit.rank for hit in hits if (hit.chat_id, hit.position) == ("garage", 1)] == [
+        pytest.approx(similarity, abs=1e-6)
+    ]
+    assert [hit.rank for hit in hits] == sorted((hit.rank for hit in hits), reverse=True)
+
+
+def test_vectors_of_up_to_4000_numbers_are_indexed(pg_archive: tuple[ChatArchive, str]) -> None:
+    """OpenAI's largest embedding model gives 3,072 numbers: more than an
+    HNSW index of 32-bit vectors holds, not more than one of half precision."""
+    archive, _ = pg_archive
+    wide = Embedder(
+        "wide", 3072, lambda texts: [[*vector_of(t), *([0.0] * (3072 - DIMENSION))] for t in texts]
+    )
+    archive.configure_search(embedder=wide)
+    archive.save_many(CHATS)
+    assert found(archive.search("car", mode="vector")) == [("garage", 0), ("garage", 1), ("pets", 1)]
+    with pytest.raises(InvalidArgument, match="dimension must be at most 4,000, not 4,001"):
+        Embedder("wider", 4001, vector_of_each)

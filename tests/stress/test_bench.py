@@ -69,7 +69,8 @@ def test_bench_measures_indexing_and_search_at_scale(run: Run, dialect: str) -> 
     per_vector = figures["scale_messages"] / figures["scale_vectors"]
     # 384 numbers of 4 bytes, and the row's own
     assert 384 * 4 < per_vector * figures["scale_vectors_bytes_per_message"] < 2 * 384 * 4
-    assert per_vector * figures["scale_vector_index_bytes_per_message"] > 384 * 4
+    assert per_vector * figures["scale_vector_index_bytes_per_message"] > 384 * 2  # half precision, and links
+    assert figures["scale_shared_buffers_mb"] > 0
     assert figures["scale_terms_bytes_per_message"] > figures["scale_terms_index_bytes_per_message"] > 0
     assert figures["ingest_save_many_deferred"] > 0
     assert figures["ingest_validate_and_convert"] > 0

@@ -18,6 +18,7 @@ the backend's class. What it does differently from SQLite:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import chain, islice
@@ -474,7 +475,9 @@ class PostgreSQL(Backend):
         params |= {"vector": vector_text(vector)}
         statement = _nearest_statement(embedder.name, embedder.dimension, where, candidates=candidates)
         with _hnsw_scans(executor, candidates):
-            return executor.execute(typed_nearest(statement, params), params).all()
+            rows = executor.execute(typed_nearest(statement, params), params).all()
+        # In the order of their exact distances (the index's is of half-precision vectors).
+        return sorted(rows, key=_by_distance)
 
     # -- archive-wide switches -------------------------------------------------------------
 
@@ -542,3 +545,11 @@ def _qualified(column: ColumnElement[Any]) -> str:
     table = getattr(column, "table", None)
     name = getattr(column, "name", None)
     return f"{table.name}.{name}" if table is not None else str(name)
+
+
+def _by_distance(row: Any) -> tuple[bool, float]:
+    """A vector search's row's place: by its distance, the rows without one
+    (a vector of zeros has none, NaN) last."""
+    distance = row.distance
+    known = distance is not None and not math.isnan(distance)
+    return (not known, distance if known else 0.0)
