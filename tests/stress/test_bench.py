@@ -63,6 +63,15 @@ def test_bench_measures_indexing_and_search_at_scale(run: Run, dialect: str) -> 
                 <= figures[f"scale_search_{mode}{kind}_p95_ms"]
             )
     assert 0.5 <= figures["scale_vector_recall_at_10"] <= 1
+    # The wider scan an operator can set, measured in the same run.
+    assert 0.5 <= figures["scale_wide_vector_recall_at_10"] <= 1
+    for kind in ("common", "rare"):
+        for mode in ("vector_", "hybrid_"):
+            assert (
+                0
+                < figures[f"scale_search_wide_{mode}{kind}_p50_ms"]
+                <= figures[f"scale_search_wide_{mode}{kind}_p95_ms"]
+            )
     assert (
         0.8 * figures["scale_messages"] < figures["scale_vectors"] < figures["scale_messages"]
     )  # those with text
