@@ -33,7 +33,7 @@ def test_model_names_as_providers_write_them_are_taken(name: str) -> None:
     ("options", "message"),
     [
         ({"dimension": 0}, "dimension must be a positive integer"),
-        ({"dimension": 2001}, "dimension must be at most 2,000"),
+        ({"dimension": 4001}, "dimension must be at most 4,000"),
         ({"dimension": True}, "dimension must be a positive integer"),
         ({"max_chars": 0}, "max_chars must be a positive integer"),
         ({"batch_size": 1.5}, "batch_size must be a positive integer"),
