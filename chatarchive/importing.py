@@ -261,7 +261,7 @@ _ASSET_FILE = re.compile(r"(file[-_][A-Za-z0-9]+)(?:$|[-.])")
 @dataclass
 class _Files:
     """The files beside the records of a zip or a directory (an export's
-    uploads and generated images), by base name, and how to read each."""
+    uploads and generated images): their base names and how to read each."""
 
     #: By the asset id a file is named for (``file-ID``, alone or before ``-`` or ``.``).
     openers: dict[str, tuple[str, Opener]] = field(default_factory=dict)

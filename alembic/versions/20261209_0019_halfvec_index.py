@@ -32,43 +32,33 @@ depends_on: str | Sequence[str] | None = None
 INDEXES = "SELECT indexname, indexdef FROM pg_indexes WHERE starts_with(indexname, 'ix_embeddings_vectors_')"
 
 
-def _rebuild(changes: str, *, drop_above: int | None = None) -> str:
-    """A block that drops each vector index and creates it again with its
-    definition changed by ``changes`` (an expression of ``definition``)."""
-    keep = (
+def _rebuild(source: str, target: str, *, most: int | None = None) -> str:
+    """A block that drops each vector index and creates it again over the
+    ``target`` type instead of ``source`` (``most``: not for vectors of more
+    dimensions than that, which the index over ``target`` cannot hold)."""
+    too_wide = (
         ""
-        if drop_above is None
-        else (
-            "IF substring(found.indexdef FROM '::halfvec\\((\\d+)\\)')::integer > "
-            f"{drop_above} THEN CONTINUE; END IF; "
-        )
+        if most is None
+        else f"IF substring(found.indexdef FROM '::{source}\\((\\d+)\\)')::integer > {most} THEN CONTINUE; END IF; "
+    )
+    rebuilt = (
+        f"replace(replace(found.indexdef, '::{source}(', '::{target}('), "
+        f"'{source}_cosine_ops', '{target}_cosine_ops')"
     )
     return (
-        "DO $$ DECLARE found record; definition text; BEGIN "
+        "DO $$ DECLARE found record; BEGIN "
         f"FOR found IN {INDEXES} LOOP "
         "EXECUTE format('DROP INDEX %I', found.indexname); "
-        f"{keep}definition := found.indexdef; "
-        f"EXECUTE {changes}; "
+        f"{too_wide}EXECUTE {rebuilt}; "
         "END LOOP; END $$"
     )
 
 
 def upgrade() -> None:
-    if op.get_context().dialect.name != "postgresql":
-        return
-    op.execute(
-        _rebuild(
-            "replace(replace(definition, '::vector(', '::halfvec('), 'vector_cosine_ops', 'halfvec_cosine_ops')"
-        )
-    )
+    if op.get_context().dialect.name == "postgresql":
+        op.execute(_rebuild("vector", "halfvec"))
 
 
 def downgrade() -> None:
-    if op.get_context().dialect.name != "postgresql":
-        return
-    op.execute(
-        _rebuild(
-            "replace(replace(definition, '::halfvec(', '::vector('), 'halfvec_cosine_ops', 'vector_cosine_ops')",
-            drop_above=2000,
-        )
-    )
+    if op.get_context().dialect.name == "postgresql":
+        op.execute(_rebuild("halfvec", "vector", most=2000))
