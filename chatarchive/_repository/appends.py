@@ -46,6 +46,7 @@ from chatarchive._attachments import may_hold_payload
 from chatarchive._backends import Backend
 from chatarchive._backends.citus import DISTRIBUTION_SETTING
 from chatarchive._document import Message
+from chatarchive._exceptions import ChatNotFound
 from chatarchive._rows import messages_to_rows
 from chatarchive._schema import tables
 from chatarchive._terms import SearchSettings
@@ -141,11 +142,17 @@ def append_in_one_statement(
         params |= {f"t{index}_position": position, f"t{index}_terms": unit.backend.terms_value(message_terms)}
     with unit.writing():
         try:
-            version, distribution, *stored = unit.backend.execute_one(unit.executor, statement, params)
+            version, distribution, there, *stored = unit.backend.execute_one(unit.executor, statement, params)
         except IntegrityError:  # a uid given at the same moment by another append: the general write says so
             return None
     guesses.distributed = distribution is not None
     if version is None:
+        if not there:
+            # Said here rather than by the general write, whose transaction
+            # would end in a rollback: psycopg forgets a connection's prepared
+            # statements at every rollback, and a framework's first add to a
+            # new session comes here.
+            raise ChatNotFound(chat_id)
         guesses.search = searching.settings_of(stored)
         return None
     return [m if m.created_at else m.model_copy(update={"created_at": moment}) for m in parsed]
@@ -261,6 +268,8 @@ def _statement(shape: _Shape, backend: Backend) -> Any:
     return select(
         version,
         distribution.scalar_subquery(),
+        # Read only when a check failed: whether the chat is there at all.
+        case((version.is_(None), exists().where(tables.chats.c.chat_id == bindparam("chat"))), else_=true()),
         # Read only when a check failed: the settings the next append computes terms for.
         *(case((version.is_(None), searching.stored_setting(name))) for name in searching.SETTING_FIELDS),
     ).add_cte(*written)

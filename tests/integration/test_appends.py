@@ -8,10 +8,14 @@ import re
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import URL, Engine, create_engine, text
+from sqlalchemy.pool import StaticPool
 
 from chatarchive import AsyncChatArchive, ChatArchive, ChatNotFound, ConflictError, InvalidDocument
+from chatarchive._backends.citus import DISTRIBUTION_SETTING
 from chatarchive._repository.appends import MOST_ROWS
+from chatarchive._repository.searching import _SETTING_NAMES
+from tests.support.chats import empty_archive
 from tests.support.statements import recorded_statements
 
 TURN: list[dict[str, Any]] = [
@@ -44,14 +48,18 @@ def test_a_turn_appended_to_the_end_is_one_statement_on_postgresql(
         assert len(statements) == 1, statements
         sql = statements[0][0]
         assert sql.lstrip().startswith("WITH")
-        # The statement's own constants are written into its SQL: an execution
-        # sends only the append's values (the chat, the moment, the settings its
-        # terms were computed with, the rows' fields).
-        sent = set(re.findall(r"%\((\w+)\)s", sql))
-        assert sent
-        assert not {
-            name for name in sent if not re.fullmatch(r"chat|moment|language|cjk|[mpct]\d+_\w+", name)
-        }
+        # The statement's own constants are written into its SQL, and its
+        # parameters are positional: an execution sends only the append's
+        # values (the chat, the moment, the settings its terms were computed
+        # with, the rows' fields), which psycopg passes on without parsing.
+        values = statements[0][1]
+        assert sorted({int(n) for n in re.findall(r"\$(\d+)", sql)}) == list(range(1, len(values) + 1))
+        assert "%(" not in sql
+        constants = {*_SETTING_NAMES.values(), DISTRIBUTION_SETTING}
+        assert all(f"'{constant}'" in sql for constant in constants)
+        assert not constants & {value for value in values if isinstance(value, str)}
+        assert "a" in values
+        assert "be brief" not in values
     else:
         assert len(_writes(statements)) > 1
     document = archive.get("a")
@@ -62,6 +70,46 @@ def test_a_turn_appended_to_the_end_is_one_statement_on_postgresql(
         stored[-1].uid,
         document.messages[1].uid,
     }
+
+
+def test_an_append_is_planned_once_on_a_connection_and_a_missing_chat_keeps_it(
+    migrated_url: URL, database_kind: str
+) -> None:
+    """The server plans an append's statement once per connection, from its
+    first execution; an append to a chat that is not there says so from the
+    same statement, without the general write's transaction, whose rollback
+    would make psycopg forget the connection's prepared statements."""
+    if database_kind != "postgresql":
+        pytest.skip("the one-statement append is PostgreSQL's")
+    engine = create_engine(migrated_url, poolclass=StaticPool)  # one connection: the one to look at
+    archive = ChatArchive(engine=engine)
+    try:
+        archive.save({"chat_id": "planned", "messages": [{"role": "system", "content": "be brief"}]})
+        archive.append("planned", TURN[:1])  # the archive learns the search settings
+        with recorded_statements(engine) as statements:
+            for turn in range(3):
+                archive.append("planned", [{"role": "user", "content": f"turn {turn}"}])
+                with pytest.raises(ChatNotFound, match="'nowhere' not found"):
+                    archive.append("nowhere", [{"role": "user", "content": f"turn {turn}"}])
+        assert [sql.lstrip()[:4] for sql, _ in statements] == ["WITH"] * 6  # no general write
+        with engine.connect() as connection:
+            plans = (
+                connection.execute(
+                    text(
+                        "SELECT generic_plans + custom_plans FROM pg_prepared_statements"
+                        " WHERE statement LIKE 'WITH%' ORDER BY 1 DESC"
+                    )
+                )
+                .scalars()
+                .all()
+            )
+        assert plans
+        assert plans[0] >= 6  # every one of them ran the statement prepared on the connection
+        assert archive.get("planned").to_openai()[-1] == {"role": "user", "content": "turn 2"}
+    finally:
+        with engine.begin() as connection:
+            empty_archive(connection)
+        engine.dispose()
 
 
 def test_one_statement_appends_keep_the_tree_and_the_counts(archive: ChatArchive) -> None:

@@ -395,12 +395,12 @@ class PostgreSQL(Backend):
         driver = connection.connection.driver_connection
         if not isinstance(driver, psycopg.Connection):
             return super().execute_one(executor, statement, params)
-        sql, fixed, processors = _prepared(statement, connection.dialect)
-        values = fixed | dict(params)
-        for name, process in processors:
-            values[name] = process(values[name])
-        with driver_call(connection, sql, values), driver.cursor() as cursor:
-            row: tuple[Any, ...] | None = cursor.execute(sql, values).fetchone()
+        prepared = _prepared(statement, connection.dialect)
+        values = prepared.values(params)
+        with driver_call(connection, prepared.sql, values), psycopg.RawCursor(driver) as cursor:
+            # Prepared on the connection at its first execution, not its fifth:
+            # a turn's shape recurs, and the server then plans it once.
+            row: tuple[Any, ...] | None = cursor.execute(prepared.sql, values, prepare=True).fetchone()
         assert row is not None
         return row
 

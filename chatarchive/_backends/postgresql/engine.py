@@ -5,9 +5,11 @@ server's.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any, cast
 
@@ -136,13 +138,38 @@ def _psycopg_sql(statement: TextClause) -> str:
     return str(statement.compile(dialect=_PSYCOPG))
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A Core statement as psycopg's raw cursor takes it (``execute_one``)."""
+
+    #: Its SQL with positional parameters (``$1``, ``$2``...): psycopg sends
+    #: it as it is, without parsing it again at each execution (it caches its
+    #: parsing of statements of up to 4 kB only, and an append's is longer).
+    sql: str
+    #: The name of each positional parameter, in order.
+    names: tuple[str, ...]
+    #: The values of the parameters the statement holds itself (its literals
+    #: that are not written into the SQL).
+    fixed: Mapping[str, Any]
+    #: The bind processor of each parameter it is given that has one.
+    processors: tuple[tuple[str, Any], ...]
+
+    def values(self, params: Mapping[str, Any]) -> list[Any]:
+        """The positional values for ``params``."""
+        given = {**self.fixed, **params}
+        for name, process in self.processors:
+            given[name] = process(given[name])
+        return [given[name] for name in self.names]
+
+
+_NAMED_PARAMETER = re.compile(r"%\((\w+)\)s|%%")
+
+
 @lru_cache(maxsize=64)
-def _prepared(statement: Any, dialect: Dialect) -> tuple[str, dict[str, Any], list[tuple[str, Any]]]:
-    """A Core statement as psycopg takes it (``execute_one``): its SQL, the
-    values of the parameters it holds itself (its literals: written into the
-    SQL where they are plain integers or words, so that an execution sends
-    and converts only what it is given), and the bind processor of each
-    parameter it is given that has one."""
+def _prepared(statement: Any, dialect: Dialect) -> Prepared:
+    """A Core statement as psycopg's raw cursor takes it: its literals written
+    into the SQL where they are plain integers or words (so that an execution
+    sends and converts only what it is given), its parameters positional."""
     compiled = statement.compile(dialect=dialect)
     sql = str(compiled)
     fixed, processors = {}, []
@@ -156,7 +183,15 @@ def _prepared(statement: Any, dialect: Dialect) -> tuple[str, dict[str, Any], li
                 fixed[name] = value
         elif process is not None:
             processors.append((name, process))
-    return sql, fixed, processors
+    names: dict[str, str] = {}
+
+    def positional(match: re.Match[str]) -> str:
+        if (name := match.group(1)) is None:
+            return "%"  # an escaped percent sign
+        return names.setdefault(name, f"${len(names) + 1}")
+
+    sql = _NAMED_PARAMETER.sub(positional, sql)
+    return Prepared(sql, tuple(names), fixed, tuple(processors))
 
 
 def _plain_literal(value: object) -> str | None:
