@@ -38,7 +38,7 @@ from chatarchive._exceptions import InvalidDocument
 from ._format import Format
 from ._shapes import array, json_object, kept, usage_back, usage_in_archive
 
-__all__ = ["FORMATS", "KEY", "from_document", "looks_like", "to_document"]
+__all__ = ["FORMATS", "KEY", "from_document", "looks_like", "to_document", "to_messages"]
 
 KEY = "langchain"
 
@@ -92,10 +92,20 @@ def to_document(data: Any) -> ChatDocument:
         raise InvalidDocument(
             'LangChain messages are a list of {"type", "data"} (messages_to_dict) or of dumpd objects'
         )
+    return ChatDocument.parse({"messages": to_messages(data)})
+
+
+def to_messages(data: list[Any]) -> list[dict[str, Any]]:
+    """The archive's messages (dicts, not yet checked) of LangChain messages
+    as ``messages_to_dict`` or ``dumpd`` writes them, one for each."""
     messages = []
     for index, item in enumerate(data):
         envelope = _envelope(item)
-        assert envelope is not None
+        if envelope is None:
+            raise InvalidDocument(
+                'a LangChain message is {"type", "data"} (messages_to_dict) or a dumpd object',
+                message_index=index,
+            )
         shape, kind, fields = envelope
         message = _message(kind, json_object(fields, f"[{index}]"), f"[{index}]")
         hint = message[KEY]
@@ -109,7 +119,7 @@ def to_document(data: Any) -> ChatDocument:
         if outside:
             hint["outside"] = outside
         messages.append(message)
-    return ChatDocument.parse({"messages": messages})
+    return messages
 
 
 def _message(kind: str, data: dict[str, Any], where: str) -> dict[str, Any]:
@@ -222,8 +232,8 @@ def _data(message: Message, hint: dict[str, Any]) -> dict[str, Any]:
     if isinstance(clashing, dict):
         data.update(clashing)
     if own is not None:  # the keys in the order of the original, for readers that care
-        order = {key: index for index, key in enumerate(own)}
-        data = dict(sorted(data.items(), key=lambda item: order.get(item[0], len(order))))
+        ordered = {key: data[key] for key in own if key in data}
+        return ordered | data if len(ordered) < len(data) else ordered
     return data
 
 

@@ -81,17 +81,17 @@ class ChatArchiveMessageHistory(BaseChatMessageHistory):
 
     def _messages(self) -> Work[list[BaseMessage]]:
         document = yield from find(self.chat_id)
-        return [] if document is None else langchain_messages(document.messages)
+        return [] if document is None else messages_from_dict(langchain_format.from_document(document))
 
 
 def archive_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
     """LangChain messages as the archive's messages (the ``langchain`` format's)."""
-    if not messages:
-        return []
-    document = langchain_format.to_document(messages_to_dict(list(messages)))
-    return [message.model_dump(mode="json", exclude_unset=True) for message in document.messages]
+    # Checked once, by the archive's write, which names the chat and the message in any error.
+    return langchain_format.to_messages(messages_to_dict(list(messages)))
 
 
 def langchain_messages(messages: Sequence[Message]) -> list[BaseMessage]:
     """The archive's messages as LangChain messages."""
-    return messages_from_dict(langchain_format.from_document(ChatDocument(messages=list(messages))))
+    # Messages are checked when they are made: a document around them needs no second check.
+    document = ChatDocument.model_construct(messages=list(messages))
+    return messages_from_dict(langchain_format.from_document(document))

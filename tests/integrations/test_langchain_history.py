@@ -12,7 +12,7 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from chatarchive import AsyncChatArchive, ChatArchive
+from chatarchive import AsyncChatArchive, ChatArchive, InvalidDocument, Limits
 from chatarchive.integrations.langchain import ChatArchiveMessageHistory
 from tests.support.samples import format_sample
 
@@ -30,6 +30,23 @@ def test_messages_come_back_equal(archive: ChatArchive) -> None:
     history.clear()
     assert history.messages == []
     history.clear()  # clearing an absent history is no error
+
+
+def test_a_message_the_archive_refuses_names_the_chat_and_the_message_and_stores_nothing(
+    archive: ChatArchive,
+) -> None:
+    """LangChain's messages are checked once, by the archive's write: an
+    error names the chat and the message's index, and the chat is as it was."""
+    history = ChatArchiveMessageHistory(archive, "session-2")
+    history.add_messages([HumanMessage("hello")])
+    too_long = ChatArchive(engine=archive.engine, limits=Limits(max_message_bytes=1000))
+    with pytest.raises(InvalidDocument) as raised:
+        ChatArchiveMessageHistory(too_long, "session-2").add_messages(
+            [AIMessage("ok"), AIMessage("x" * 2000)]
+        )
+    assert raised.value.chat_id == "session-2"
+    assert raised.value.message_index == 1
+    assert history.messages == [HumanMessage("hello")]
 
 
 # The issue asks for it; langchain-core 1 marks it deprecated in favour of LangGraph's persistence.
