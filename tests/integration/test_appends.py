@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import URL, Engine, create_engine, text
+from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import StaticPool
 
 from chatarchive import AsyncChatArchive, ChatArchive, ChatNotFound, ConflictError, InvalidDocument
@@ -72,6 +73,12 @@ def test_a_turn_appended_to_the_end_is_one_statement_on_postgresql(
     }
 
 
+def _prepared_appends() -> Any:
+    return text(
+        "SELECT generic_plans + custom_plans FROM pg_prepared_statements WHERE statement LIKE 'WITH%' ORDER BY 1 DESC"
+    )
+
+
 def test_an_append_is_planned_once_on_a_connection_and_a_missing_chat_keeps_it(
     migrated_url: URL, database_kind: str
 ) -> None:
@@ -93,16 +100,7 @@ def test_an_append_is_planned_once_on_a_connection_and_a_missing_chat_keeps_it(
                     archive.append("nowhere", [{"role": "user", "content": f"turn {turn}"}])
         assert [sql.lstrip()[:4] for sql, _ in statements] == ["WITH"] * 6  # no general write
         with engine.connect() as connection:
-            plans = (
-                connection.execute(
-                    text(
-                        "SELECT generic_plans + custom_plans FROM pg_prepared_statements"
-                        " WHERE statement LIKE 'WITH%' ORDER BY 1 DESC"
-                    )
-                )
-                .scalars()
-                .all()
-            )
+            plans = connection.execute(_prepared_appends()).scalars().all()
         assert plans
         assert plans[0] >= 6  # every one of them ran the statement prepared on the connection
         assert archive.get("planned").to_openai()[-1] == {"role": "user", "content": "turn 2"}
@@ -110,6 +108,39 @@ def test_an_append_is_planned_once_on_a_connection_and_a_missing_chat_keeps_it(
         with engine.begin() as connection:
             empty_archive(connection)
         engine.dispose()
+
+
+def test_an_asyncio_append_is_planned_once_on_a_connection(migrated_url: URL, database_kind: str) -> None:
+    if database_kind != "postgresql":
+        pytest.skip("the one-statement append is PostgreSQL's")
+
+    async def appends() -> list[int]:
+        engine = create_async_engine(migrated_url, poolclass=StaticPool)
+        archive = AsyncChatArchive(engine=engine)
+        try:
+            await archive.save(
+                {"chat_id": "planned-async", "messages": [{"role": "system", "content": "hi"}]}
+            )
+            await archive.append("planned-async", TURN[:1])
+            for turn in range(3):
+                await archive.append("planned-async", [{"role": "user", "content": f"turn {turn}"}])
+                with pytest.raises(ChatNotFound):
+                    await archive.append("nowhere", [{"role": "user", "content": f"turn {turn}"}])
+            async with engine.connect() as connection:
+                plans = list((await connection.execute(_prepared_appends())).scalars().all())
+            assert (await archive.get("planned-async")).to_openai()[-1] == {
+                "role": "user",
+                "content": "turn 2",
+            }
+            return plans
+        finally:
+            async with engine.begin() as connection:
+                await connection.run_sync(empty_archive)
+            await engine.dispose()
+
+    plans = asyncio.run(appends())
+    assert plans
+    assert plans[0] >= 6
 
 
 def test_one_statement_appends_keep_the_tree_and_the_counts(archive: ChatArchive) -> None:

@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import chain, islice
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import psycopg
 from psycopg.types.json import Json, Jsonb
@@ -388,21 +388,34 @@ class PostgreSQL(Backend):
         )
 
     def execute_one(self, executor: Executor, statement: Any, params: Mapping[str, Any]) -> Sequence[Any]:
-        """On psycopg's synchronous connection, straight on the driver with the
+        """Straight on psycopg's connection (synchronous, or under the asyncio
+        API asynchronous, awaited with SQLAlchemy's ``run_async``), with the
         statement's SQL and its types' bind processing prepared once: for an
-        append, SQLAlchemy's work per execution is a quarter of the time."""
+        append, SQLAlchemy's work per execution is a quarter of the time. The
+        statement is prepared on the connection at its first execution, not
+        its fifth: a turn's shape recurs, and the server then plans it once."""
         connection = connection_of(executor)
-        driver = connection.connection.driver_connection
-        if not isinstance(driver, psycopg.Connection):
-            return super().execute_one(executor, statement, params)
+        pooled = connection.connection
+        driver, adapted = pooled.driver_connection, pooled.dbapi_connection
         prepared = _prepared(statement, connection.dialect)
         values = prepared.values(params)
-        with driver_call(connection, prepared.sql, values), psycopg.RawCursor(driver) as cursor:
-            # Prepared on the connection at its first execution, not its fifth:
-            # a turn's shape recurs, and the server then plans it once.
-            row: tuple[Any, ...] | None = cursor.execute(prepared.sql, values, prepare=True).fetchone()
+        row: tuple[Any, ...] | None
+        if isinstance(driver, psycopg.Connection):
+            with driver_call(connection, prepared.sql, values), psycopg.RawCursor(driver) as cursor:
+                row = cursor.execute(prepared.sql, values, prepare=True).fetchone()
+        elif isinstance(driver, psycopg.AsyncConnection) and isinstance(adapted, AdaptedConnection):
+
+            async def fetch(driver: psycopg.AsyncConnection[Any]) -> tuple[Any, ...] | None:
+                async with psycopg.AsyncRawCursor(driver) as cursor:
+                    await cursor.execute(prepared.sql, values, prepare=True)
+                    return await cursor.fetchone()
+
+            with driver_call(connection, prepared.sql, values):
+                row = cast(tuple[Any, ...] | None, adapted.run_async(fetch))
+        else:
+            return super().execute_one(executor, statement, params)
         assert row is not None
-        return row
+        return tuple(row)
 
     def distribution(self, connection: Connection) -> Distribution:
         return citus.distribution(connection)
