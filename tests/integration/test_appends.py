@@ -110,6 +110,26 @@ def test_an_append_is_planned_once_on_a_connection_and_a_missing_chat_keeps_it(
         engine.dispose()
 
 
+def test_an_archive_behind_a_pooler_can_prepare_nothing(migrated_url: URL, database_kind: str) -> None:
+    """``prepare_threshold=None`` (PgBouncer before 1.21 in transaction mode)
+    turns preparing off for appends too."""
+    if database_kind != "postgresql":
+        pytest.skip("the one-statement append is PostgreSQL's")
+    engine = create_engine(migrated_url, poolclass=StaticPool, connect_args={"prepare_threshold": None})
+    archive = ChatArchive(engine=engine)
+    try:
+        archive.save({"chat_id": "pooled", "messages": []})
+        for turn in range(7):
+            archive.append("pooled", [{"role": "user", "content": f"turn {turn}"}])
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT count(*) FROM pg_prepared_statements")).scalar_one() == 0
+        assert len(archive.get("pooled").messages) == 7
+    finally:
+        with engine.begin() as connection:
+            empty_archive(connection)
+        engine.dispose()
+
+
 def test_an_asyncio_append_is_planned_once_on_a_connection(migrated_url: URL, database_kind: str) -> None:
     if database_kind != "postgresql":
         pytest.skip("the one-statement append is PostgreSQL's")
