@@ -8,11 +8,18 @@ import re
 from typing import Any
 
 import pytest
-from sqlalchemy import URL, Engine, create_engine, text
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy import URL, Connection, Engine, text
 from sqlalchemy.pool import StaticPool
 
-from chatarchive import AsyncChatArchive, ChatArchive, ChatNotFound, ConflictError, InvalidDocument
+from chatarchive import (
+    AsyncChatArchive,
+    ChatArchive,
+    ChatNotFound,
+    ConflictError,
+    InvalidDocument,
+    create_async_engine,
+    create_engine,
+)
 from chatarchive._backends.citus import DISTRIBUTION_SETTING
 from chatarchive._repository.appends import MOST_ROWS
 from chatarchive._repository.searching import _SETTING_NAMES
@@ -73,21 +80,25 @@ def test_a_turn_appended_to_the_end_is_one_statement_on_postgresql(
     }
 
 
-def _prepared_appends() -> Any:
-    return text(
-        "SELECT generic_plans + custom_plans FROM pg_prepared_statements WHERE statement LIKE 'WITH%' ORDER BY 1 DESC"
+def _prepared_appends(connectable: Engine | Connection) -> list[int]:
+    """How often each append statement prepared on the (one) connection ran."""
+    query = text(
+        "SELECT generic_plans + custom_plans FROM pg_prepared_statements WHERE statement LIKE 'WITH%' ORDER BY 1"
     )
+    if isinstance(connectable, Connection):
+        return list(connectable.execute(query).scalars())
+    with connectable.connect() as connection:
+        return list(connection.execute(query).scalars())
 
 
 def test_an_append_is_planned_once_on_a_connection_and_a_missing_chat_keeps_it(
     migrated_url: URL, database_kind: str
 ) -> None:
-    """The server plans an append's statement once per connection, from its
-    first execution; an append to a chat that is not there says so from the
-    same statement, without the general write's transaction, whose rollback
-    would make psycopg forget the connection's prepared statements."""
-    if database_kind != "postgresql":
-        pytest.skip("the one-statement append is PostgreSQL's")
+    """On PostgreSQL the server plans an append's statement once per
+    connection, from its first execution; an append to a chat that is not
+    there says so from the same statement, without the general write's
+    transaction, whose rollback would make psycopg forget the connection's
+    prepared statements. Every database gives the same results."""
     engine = create_engine(migrated_url, poolclass=StaticPool)  # one connection: the one to look at
     archive = ChatArchive(engine=engine)
     try:
@@ -98,12 +109,11 @@ def test_an_append_is_planned_once_on_a_connection_and_a_missing_chat_keeps_it(
                 archive.append("planned", [{"role": "user", "content": f"turn {turn}"}])
                 with pytest.raises(ChatNotFound, match="'nowhere' not found"):
                     archive.append("nowhere", [{"role": "user", "content": f"turn {turn}"}])
-        assert [sql.lstrip()[:4] for sql, _ in statements] == ["WITH"] * 6  # no general write
-        with engine.connect() as connection:
-            plans = connection.execute(_prepared_appends()).scalars().all()
-        assert plans
-        assert plans[0] >= 6  # every one of them ran the statement prepared on the connection
+        if database_kind == "postgresql":
+            assert [sql.lstrip()[:4] for sql, _ in statements] == ["WITH"] * 6  # no general write
+            assert max(_prepared_appends(engine)) >= 6  # each ran the statement prepared on the connection
         assert archive.get("planned").to_openai()[-1] == {"role": "user", "content": "turn 2"}
+        assert archive.chat_ids() == ["planned"]
     finally:
         with engine.begin() as connection:
             empty_archive(connection)
@@ -113,16 +123,17 @@ def test_an_append_is_planned_once_on_a_connection_and_a_missing_chat_keeps_it(
 def test_an_archive_behind_a_pooler_can_prepare_nothing(migrated_url: URL, database_kind: str) -> None:
     """``prepare_threshold=None`` (PgBouncer before 1.21 in transaction mode)
     turns preparing off for appends too."""
-    if database_kind != "postgresql":
-        pytest.skip("the one-statement append is PostgreSQL's")
-    engine = create_engine(migrated_url, poolclass=StaticPool, connect_args={"prepare_threshold": None})
+    options: dict[str, Any] = (
+        {} if database_kind == "sqlite" else {"connect_args": {"prepare_threshold": None}}
+    )
+    engine = create_engine(migrated_url, poolclass=StaticPool, **options)
     archive = ChatArchive(engine=engine)
     try:
         archive.save({"chat_id": "pooled", "messages": []})
         for turn in range(7):
             archive.append("pooled", [{"role": "user", "content": f"turn {turn}"}])
-        with engine.connect() as connection:
-            assert connection.execute(text("SELECT count(*) FROM pg_prepared_statements")).scalar_one() == 0
+        if database_kind != "sqlite":
+            assert _prepared_appends(engine) == []
         assert len(archive.get("pooled").messages) == 7
     finally:
         with engine.begin() as connection:
@@ -131,10 +142,7 @@ def test_an_archive_behind_a_pooler_can_prepare_nothing(migrated_url: URL, datab
 
 
 def test_an_asyncio_append_is_planned_once_on_a_connection(migrated_url: URL, database_kind: str) -> None:
-    if database_kind != "postgresql":
-        pytest.skip("the one-statement append is PostgreSQL's")
-
-    async def appends() -> list[int]:
+    async def appends() -> None:
         engine = create_async_engine(migrated_url, poolclass=StaticPool)
         archive = AsyncChatArchive(engine=engine)
         try:
@@ -146,21 +154,20 @@ def test_an_asyncio_append_is_planned_once_on_a_connection(migrated_url: URL, da
                 await archive.append("planned-async", [{"role": "user", "content": f"turn {turn}"}])
                 with pytest.raises(ChatNotFound):
                     await archive.append("nowhere", [{"role": "user", "content": f"turn {turn}"}])
-            async with engine.connect() as connection:
-                plans = list((await connection.execute(_prepared_appends())).scalars().all())
+            if database_kind == "postgresql":
+                async with engine.connect() as connection:
+                    plans = await connection.run_sync(_prepared_appends)
+                assert max(plans) >= 6
             assert (await archive.get("planned-async")).to_openai()[-1] == {
                 "role": "user",
                 "content": "turn 2",
             }
-            return plans
         finally:
             async with engine.begin() as connection:
                 await connection.run_sync(empty_archive)
             await engine.dispose()
 
-    plans = asyncio.run(appends())
-    assert plans
-    assert plans[0] >= 6
+    asyncio.run(appends())
 
 
 def test_one_statement_appends_keep_the_tree_and_the_counts(archive: ChatArchive) -> None:
