@@ -8,11 +8,12 @@ mark), and inserts the messages, their parts and tool calls (and, with sync
 indexing, their terms). An archive runs it on its own, without a transaction
 around it, so that the whole append is one round trip to the server.
 
-Whenever a check fails, the statement changes nothing and the append runs as
-the general write (``writes._add``), which raises the precise error or does
-the rarer case: a chat that is not there or not at the expected version, an
-active leaf that is not the last message, a uid the chat already has, or
-search settings other than the ones the terms were computed for.
+Whenever a check fails, the statement changes nothing. A chat that is not
+there is said at once (``ChatNotFound``); anything else runs as the general
+write (``writes._add``), which raises the precise error or does the rarer
+case: a chat not at the expected version, an active leaf that is not the last
+message, a uid the chat already has, or search settings other than the ones
+the terms were computed for.
 """
 
 from __future__ import annotations
@@ -103,7 +104,11 @@ def append_in_one_statement(
 ) -> list[Message] | None:
     """Append ``parsed`` (whose uids ``given`` came with them) to the end of
     the chat in one statement; ``None`` if it changed nothing (a check
-    failed), for the general write to do the append."""
+    failed), for the general write to do the append.
+
+    Raises:
+        ChatNotFound: the chat is not there.
+    """
     guess = guesses.search
     if guess.indexing == "sync" and guess.embedder is not None:
         return None  # the vectors are the general write's
