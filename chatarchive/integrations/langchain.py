@@ -81,7 +81,7 @@ class ChatArchiveMessageHistory(BaseChatMessageHistory):
 
     def _messages(self) -> Work[list[BaseMessage]]:
         document = yield from find(self.chat_id)
-        return [] if document is None else messages_from_dict(langchain_format.from_document(document))
+        return [] if document is None else langchain_messages(document.messages)
 
 
 def archive_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:

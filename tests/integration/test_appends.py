@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -91,6 +93,19 @@ def _prepared_appends(connectable: Engine | Connection) -> list[int]:
         return list(connection.execute(query).scalars())
 
 
+@contextmanager
+def _on_one_connection(url: URL, **options: Any) -> Iterator[tuple[ChatArchive, Engine]]:
+    """An archive on an engine of one connection (the one whose prepared
+    statements a test looks at), emptied and closed afterwards."""
+    engine = create_engine(url, poolclass=StaticPool, **options)
+    try:
+        yield ChatArchive(engine=engine), engine
+    finally:
+        with engine.begin() as connection:
+            empty_archive(connection)
+        engine.dispose()
+
+
 def test_an_append_is_planned_once_on_a_connection_and_a_missing_chat_keeps_it(
     migrated_url: URL, database_kind: str
 ) -> None:
@@ -99,9 +114,7 @@ def test_an_append_is_planned_once_on_a_connection_and_a_missing_chat_keeps_it(
     there says so from the same statement, without the general write's
     transaction, whose rollback would make psycopg forget the connection's
     prepared statements. Every database gives the same results."""
-    engine = create_engine(migrated_url, poolclass=StaticPool)  # one connection: the one to look at
-    archive = ChatArchive(engine=engine)
-    try:
+    with _on_one_connection(migrated_url) as (archive, engine):
         archive.save({"chat_id": "planned", "messages": [{"role": "system", "content": "be brief"}]})
         archive.append("planned", TURN[:1])  # the archive learns the search settings
         with recorded_statements(engine) as statements:
@@ -114,10 +127,6 @@ def test_an_append_is_planned_once_on_a_connection_and_a_missing_chat_keeps_it(
             assert max(_prepared_appends(engine)) >= 6  # each ran the statement prepared on the connection
         assert archive.get("planned").to_openai()[-1] == {"role": "user", "content": "turn 2"}
         assert archive.chat_ids() == ["planned"]
-    finally:
-        with engine.begin() as connection:
-            empty_archive(connection)
-        engine.dispose()
 
 
 def test_an_archive_behind_a_pooler_can_prepare_nothing(migrated_url: URL, database_kind: str) -> None:
@@ -126,19 +135,13 @@ def test_an_archive_behind_a_pooler_can_prepare_nothing(migrated_url: URL, datab
     options: dict[str, Any] = (
         {} if database_kind == "sqlite" else {"connect_args": {"prepare_threshold": None}}
     )
-    engine = create_engine(migrated_url, poolclass=StaticPool, **options)
-    archive = ChatArchive(engine=engine)
-    try:
+    with _on_one_connection(migrated_url, **options) as (archive, engine):
         archive.save({"chat_id": "pooled", "messages": []})
         for turn in range(7):
             archive.append("pooled", [{"role": "user", "content": f"turn {turn}"}])
         if database_kind != "sqlite":
             assert _prepared_appends(engine) == []
         assert len(archive.get("pooled").messages) == 7
-    finally:
-        with engine.begin() as connection:
-            empty_archive(connection)
-        engine.dispose()
 
 
 def test_an_asyncio_append_is_planned_once_on_a_connection(migrated_url: URL, database_kind: str) -> None:
