@@ -22,11 +22,12 @@ import re
 import threading
 import unicodedata
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["CJK_RANGES", "PICTOGRAPH_RANGES", "Split", "split"]
+__all__ = ["CJK_RANGES", "PICTOGRAPH_RANGES", "Split", "learn_plane", "split", "tables"]
 
 #: Han (with its extensions and compatibility forms), kana, Hangul.
 CJK_RANGES = (
@@ -61,6 +62,17 @@ _kinds = np.zeros(0x110000, np.uint8)
 _known = np.zeros(0x110000 >> _BLOCK_BITS, np.bool_)
 _learning = threading.Lock()
 
+# What each letter or digit becomes in a term on its own (normalized, case
+# folded, only letters and digits kept), for the tokenizer written in C
+# (``_speedups``): one character (``FOLD_ONE`` and its code), a string of
+# ``FOLD_STRINGS`` (``FOLD_STRING``), or 0 where a word's term is not the
+# terms of its characters one by one (a character whose decomposition begins
+# with a combining mark, or with a character that composes with the one
+# before it, as Hangul vowels do), which Python then finds.
+FOLD_ONE, FOLD_STRING = 1 << 24, 1 << 25
+_folds = np.zeros(0x110000, np.uint32)
+FOLD_STRINGS: dict[int, str] = {}
+
 _SEPARATOR_CHARACTER = "\x00"
 _NOT_WORD_NOR_SEPARATOR = re.compile(r"[^\w\x00]+|_+")
 
@@ -80,6 +92,32 @@ def _kind_of(code: int) -> int:
     return _PICTOGRAPH if _within(code, PICTOGRAPH_RANGES) else 0
 
 
+@cache
+def _composing() -> frozenset[str]:
+    """The characters that compose with a character before them (the second
+    of a canonical decomposition in two, Hangul's vowels and final consonants)."""
+    found = {chr(code) for code in (*range(0x1161, 0x1176), *range(0x11A8, 0x11C3))}
+    # Every canonical decomposition in two is of a character below U+20000
+    # (above it are ideographs and their compatibility forms, singletons).
+    for code in range(0x20000):
+        decomposition = unicodedata.decomposition(chr(code))
+        if decomposition and decomposition[0] != "<":
+            parts = decomposition.split()
+            if len(parts) == 2:
+                found.add(chr(int(parts[1], 16)))
+    return frozenset(found)
+
+
+def _fold_of(code: int) -> tuple[int, str | None]:
+    """A letter's or digit's entry in ``_folds`` (and its string, if not one character)."""
+    character = chr(code)
+    start = unicodedata.normalize("NFKD", character)[0]
+    if unicodedata.combining(start) or start in _composing():
+        return 0, None
+    folded = "".join(c for c in unicodedata.normalize("NFKC", character).casefold() if c.isalnum())
+    return (FOLD_ONE | ord(folded), None) if len(folded) == 1 else (FOLD_STRING, folded)
+
+
 def _learn(blocks: list[int]) -> None:
     """Fill in the kinds of the characters of ``blocks`` (of 256 characters).
     Readers look only at blocks marked known, and a block is marked after
@@ -89,19 +127,35 @@ def _learn(blocks: list[int]) -> None:
             if _known[block]:
                 continue
             start = block << _BLOCK_BITS
-            _kinds[start : start + (1 << _BLOCK_BITS)] = [
-                _kind_of(code) for code in range(start, start + (1 << _BLOCK_BITS))
-            ]
+            codes = range(start, start + (1 << _BLOCK_BITS))
+            kinds = [_kind_of(code) for code in codes]
+            for code, kind in zip(codes, kinds, strict=True):
+                if kind & _WORD:
+                    _folds[code], folded = _fold_of(code)
+                    if folded is not None:
+                        FOLD_STRINGS[code] = folded
+            _kinds[start : start + (1 << _BLOCK_BITS)] = kinds
             _known[block] = True
 
 
 _BMP_BLOCKS = _BMP >> _BLOCK_BITS
 
 
-def _kinds_of(codes: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint8]:
+def learn_plane() -> None:
+    """Fill in the kinds of the Basic Multilingual Plane's characters, if not yet."""
     # The plane's last block is marked last: once it is known, all of the plane is.
     if not _known[_BMP_BLOCKS - 1]:
         _learn(list(range(_BMP_BLOCKS)))
+
+
+def tables() -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.bool_], npt.NDArray[np.uint32], dict[int, str]]:
+    """The tables the tokenizer in C reads: each character's kind, which blocks
+    of 256 characters are filled in, and the folds of letters and digits."""
+    return _kinds, _known, _folds, FOLD_STRINGS
+
+
+def _kinds_of(codes: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint8]:
+    learn_plane()
     if codes.max() >= _BMP:
         blocks = codes[codes >= _BMP] >> _BLOCK_BITS
         unknown = blocks[~_known[blocks]]

@@ -26,8 +26,12 @@ A term's place in the text (its position) is kept, so that a phrase matches
 its terms in a row. Ranking and snippets come from the same terms, so they
 agree between the databases.
 
-A text's terms are cut out of the whole text at once (``Tokenizer.terms``,
-by array operations: see ``_scan``), not by steps per word: indexing is most
+A text's terms are found in one pass over it by C (``_speedups.c``, built
+with the package where a C compiler is found), from tables of what each
+character is and what normalization and case folding make of it (see
+``_scan``); a text with a character those tables do not settle on its own,
+and every text where the C part is not built, has its terms cut out by array
+operations (``_scan.split``), not by steps per word either: indexing is most
 of what a write with search on costs. ``Tokenizer.spans``, which snippets
 use, splits piece by piece and gives the same terms. A tokenizer is
 shared by every thread of a process: the stems it has seen are kept in a
@@ -45,13 +49,20 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from itertools import islice
+from types import ModuleType
 from typing import Literal
 
 import numpy as np
 import Stemmer
 
 from ._exceptions import InvalidArgument
-from ._scan import CJK_RANGES, PICTOGRAPH_RANGES, split
+from ._scan import CJK_RANGES, PICTOGRAPH_RANGES, learn_plane, split, tables
+
+_speedups: ModuleType | None
+try:
+    from . import _speedups as _speedups
+except ImportError:  # installed where it could not be compiled: the same terms, found in Python
+    _speedups = None
 
 __all__ = [
     "CJK_MODES",
@@ -91,6 +102,9 @@ MAX_TERM_CHARACTERS = 128
 _MAX_POSITIONS = 256
 #: How many words' stems a tokenizer keeps at most (then it starts again).
 _STEMS_KEPT = 200_000
+
+if _speedups is not None:
+    _speedups.configure(*tables(), MAX_TERMS, MAX_TERM_CHARACTERS, _MAX_POSITIONS)
 
 # Letters and digits (``\w`` without the underscore), and pictographs.
 _PIECE = re.compile(
@@ -180,6 +194,20 @@ class Tokenizer:
 
     def terms(self, text: str) -> list[str]:
         """The terms of ``text``, in order (the terms of ``spans``)."""
+        if _speedups is not None:
+            learn_plane()
+            found: list[str] | None = _speedups.terms(
+                normalized(text),
+                self.cjk == "bigram",
+                None if self.language == "simple" else self._stems,
+                self._stemmed,
+            )
+            if found is not None:
+                return found
+        return self._found_in_python(text)
+
+    def _found_in_python(self, text: str) -> list[str]:
+        """``terms``, by regular expressions and array operations."""
         if text.isascii():  # most text: words alone, found by one regular expression
             words = _ASCII_WORD.findall(text.lower())
             return self._stems_of(_short(words)[:MAX_TERMS])
@@ -244,6 +272,10 @@ class Tokenizer:
         else:
             stems.update(found)
         return stemmed
+
+    def _stemmed(self, words: list[str]) -> dict[str, str]:
+        """The stems of ``words``, which the tokenizer then keeps."""
+        return dict(zip(words, self._stems_of(words), strict=True))
 
     def _stem(self, words: list[str]) -> list[str]:
         """The stems of ``words``, by this thread's own stemmer."""
@@ -468,6 +500,13 @@ def snippet(
 
 def tsvector_literal(terms: Sequence[str]) -> str:
     """``terms`` (with their positions) as PostgreSQL's ``tsvector`` input."""
+    if _speedups is not None:
+        literal: str = _speedups.tsvector_literal(terms if isinstance(terms, list) else list(terms))
+        return literal
+    return _tsvector_literal_in_python(terms)
+
+
+def _tsvector_literal_in_python(terms: Sequence[str]) -> str:
     # Terms hold letters and digits only: nothing to escape.
     places: dict[str, list[str]] = {}
     for position, term in zip(_POSITION_TEXTS, terms, strict=False):

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chatarchive import SEARCH_LANGUAGES, SearchSettings
+from chatarchive import SEARCH_LANGUAGES, SearchSettings, _scan, _terms
 from chatarchive._backends.postgresql import tsquery
 from chatarchive._backends.sqlite import fts5_query
 from chatarchive._search import compile_query, parse_query
@@ -126,6 +126,9 @@ def test_queries_become_each_databases_syntax() -> None:
 
 def test_tsvector_input_lists_each_terms_positions() -> None:
     assert tsvector_literal(["a", "条带", "a"]) == "'a':1,3 '条带':2"
+    assert tsvector_literal([]) == ""
+    # At most 256 positions of a term, as PostgreSQL keeps them.
+    assert tsvector_literal(["a"] * 300 + ["b"]) == "'a':" + ",".join(map(str, range(1, 257))) + " 'b':301"
     assert stored("a b a").length == 2  # different terms
 
 
@@ -207,14 +210,73 @@ def workload_texts(chats: int) -> list[str]:
 @settings(max_examples=400)
 def test_terms_are_the_piece_by_piece_references(text: str, language: str, cjk: str) -> None:
     expected = reference_terms(unicodedata.normalize("NFC", text), language, cjk)
-    assert Tokenizer.of(language, cjk).terms(text) == expected
+    tokenizer = Tokenizer.of(language, cjk)
+    assert tokenizer.terms(text) == expected
+    assert tokenizer._found_in_python(text) == expected  # where the tokenizer in C is not built
 
 
 def test_the_workloads_texts_have_the_references_terms() -> None:
     texts = workload_texts(40)
     assert sum(not text.isascii() for text in texts) > len(texts) // 2
     for text in texts:
-        assert ENGLISH.terms(text) == reference_terms(unicodedata.normalize("NFC", text))
+        expected = reference_terms(unicodedata.normalize("NFC", text))
+        assert ENGLISH.terms(text) == expected
+        assert ENGLISH._found_in_python(text) == expected
+
+
+def test_the_tokenizer_in_c_is_built() -> None:
+    # A checkout installed as the README says compiles it (hatch_build.py).
+    assert _terms._speedups is not None
+
+
+def test_the_tokenizer_in_c_takes_the_workloads_texts() -> None:
+    speedups = _terms._speedups
+    assert speedups is not None
+    texts = workload_texts(10)
+    taken = [speedups.terms(normalized(text), True, {}, ENGLISH._stemmed) is not None for text in texts]
+    assert sum(taken) >= 0.95 * len(texts)  # Python finds the terms of the rest
+
+
+@pytest.mark.parametrize("plane", [0, 1])
+def test_every_letter_and_digit_gives_the_references_terms_in_a_word(plane: int) -> None:
+    # Each letter or digit of a plane, alone and inside words (as the tokenizer in C folds
+    # them one at a time), and the CJK characters and pictographs between them: C finds
+    # the terms of those it takes, and never wrong ones of the others.
+    speedups = _terms._speedups
+    assert speedups is not None
+    simple = Tokenizer("simple", "bigram")
+    _scan._learn(list(range(plane << 8, (plane + 1) << 8)))
+    kinds, _, folds, _ = _scan.tables()
+    codes = [
+        code
+        for code in range(plane << 16, (plane + 1) << 16)
+        if not 0xD800 <= code <= 0xDFFF
+        and (chr(code).isalnum() or _scan._within(code, _scan.PICTOGRAPH_RANGES))
+    ]
+    by_c = [code for code in codes if folds[code] or not kinds[code] & (_scan._WORD | _scan._UNUSUAL)]
+    assert len(by_c) > 0.9 * len(codes)
+    for chosen, in_c in ((by_c, True), (sorted(set(codes) - set(by_c)), False)):
+        for start in range(0, len(chosen), 200):
+            characters = [chr(code) for code in chosen[start : start + 200]]
+            text = normalized(" ".join(f"{c} a{c}{c}b {c}a" for c in characters))
+            expected = reference_terms(text, "simple", "bigram")
+            found = speedups.terms(text, True, None, simple._stemmed)
+            # What C does not take (a character that NFC does not change into one it takes) it leaves.
+            assert found == expected if in_c else found in (None, expected), characters[0]
+            assert simple.terms(text) == expected, characters[0]
+
+
+def test_letters_that_compose_with_the_one_before_are_found_as_normalization_joins_them() -> None:
+    # Halfwidth Hangul: a consonant and a vowel are one syllable once normalized.
+    assert ENGLISH.terms("\uffa1\uffc2") == ["\uac00"] == reference_terms("\uffa1\uffc2")
+    speedups = _terms._speedups
+    assert speedups is not None
+    assert speedups.terms("\uffa1\uffc2", True, {}, ENGLISH._stemmed) is None  # left to Python
+
+
+@given(st.lists(st.sampled_from(["a", "b", "条带", "ü", "🧪", "𠀀x"]), max_size=600))
+def test_tsvector_input_is_the_same_in_c_and_python(terms: list[str]) -> None:
+    assert tsvector_literal(terms) == _terms._tsvector_literal_in_python(terms)
 
 
 def test_canonically_equal_texts_have_the_same_terms() -> None:
