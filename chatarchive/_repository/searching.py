@@ -59,6 +59,7 @@ __all__ = [
     "settings",
     "settings_of",
     "stored_setting",
+    "texts_of",
     "written",
 ]
 
@@ -290,6 +291,13 @@ def _entries(
         terms = tokenizer.terms(text)
         if terms:
             yield chat_id, position, terms, user
+
+
+def texts_of(
+    message_rows: Iterable[Mapping[str, Any]], part_rows: Iterable[Mapping[str, Any]]
+) -> Iterator[str]:
+    """The texts that indexing takes the terms of: each message's that has one."""
+    return (text for text, _ in _texts(message_rows, part_rows).values())
 
 
 def _texts(

@@ -33,8 +33,10 @@ from chatarchive._backends import backend_of
 from chatarchive._backends.postgresql import bare_connection, copy_prepared, copy_values
 from chatarchive._document import ChatDocument, ChatFilter
 from chatarchive._engine import create_engine, database_url
+from chatarchive._repository.searching import texts_of
 from chatarchive._rows import ChatRows, document_to_rows
 from chatarchive._schema import SEARCH_TERMS, metadata
+from chatarchive._terms import SearchSettings, Tokenizer
 from chatarchive.formats import export
 
 from .attachments import measure_attachments
@@ -147,6 +149,12 @@ class BenchReport:
             ),
             "append_chunk at 10,000 / at 10 chunks": self.ratio(
                 "append_chunk_at_10000_ms", "append_chunk_at_10_ms"
+            ),
+            "tokenizer / its path in Python, new": self.ratio(
+                "tokenizer_new_texts_per_s", "tokenizer_in_python_new_texts_per_s"
+            ),
+            "tokenizer / its path in Python, words known": self.ratio(
+                "tokenizer_known_texts_per_s", "tokenizer_in_python_known_texts_per_s"
             ),
             "save_many / langchain-postgres add_messages": self.ratio(
                 "ingest_save_many", "ingest_langchain_postgres"
@@ -396,6 +404,7 @@ class _Bench:
     ) -> BenchReport:
         tool_calls = sum(len(m.get("tool_calls") or ()) for doc in self.docs for m in doc["messages"])
         try:
+            self._tokenizer()
             self._ingest()
             self._storage()
             self._reads()
@@ -522,6 +531,29 @@ class _Bench:
         self.archive.save_many(self.docs)
         with self.engine.begin() as connection:
             connection.execute(text("ANALYZE"))
+
+    def _tokenizer(self) -> None:
+        """Messages' terms found a second, with no database: the tokenizer as
+        indexing uses it, and its path in Python (where the C part is not
+        built), each new (its first pass: the stems of every word found) and
+        once it knows the workload's words."""
+        rows = self._rows()
+        texts = list(texts_of([m for r in rows for m in r.messages], [p for r in rows for p in r.parts]))
+        ways = {"tokenizer": Tokenizer.terms, "tokenizer_in_python": Tokenizer._found_in_python}
+        settings = SearchSettings()  # the default language and CJK mode
+        rates: dict[str, list[float]] = {f"{name}_{kind}": [] for name in ways for kind in ("new", "known")}
+        for run in range(self.runs):
+            self.progress("tokenizer", run, self.runs)
+            for name, terms in ways.items():
+                tokenizer = Tokenizer(settings.language, settings.cjk)
+                for kind in ("new", "known"):
+                    start = time.perf_counter()
+                    for message_text in texts:
+                        terms(tokenizer, message_text)
+                    rates[f"{name}_{kind}"].append(len(texts) / (time.perf_counter() - start))
+        for name, found in rates.items():
+            self.figures[f"{name}_texts_per_s"] = _median(found)
+        self.progress("tokenizer", self.runs, self.runs)
 
     def _without_search_index(self, measure: Callable[[], float], *, then_index: bool = False) -> float:
         """``measure`` with the search index off; with ``then_index``, plus the

@@ -596,8 +596,10 @@ def test_bench_reports_every_figure(run: Run, dialect: str) -> None:
         "append_1000_branched_median_ms",
         "regenerate_1000_median_ms",
         "get_branched_1000_median_ms",
+        *(f"tokenizer{way}_{kind}_texts_per_s" for way in ("", "_in_python") for kind in ("new", "known")),
     ):
         assert figures[name] > 0
+    assert report["ratios"]["tokenizer / its path in Python, words known"] > 0
     assert report["ratios"]["save_many, asyncio / sync"] > 0
     assert report["ratios"]["append at 1,000 / at 10 messages, 100 sibling branches"] > 0
     if dialect == "postgresql":
