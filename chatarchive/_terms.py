@@ -63,12 +63,15 @@ try:
     from . import _speedups as _speedups
 except ImportError:  # installed where it could not be compiled: the same terms, found in Python
     _speedups = None
+#: Whether a text's terms are found in C (see the module's text).
+TERMS_IN_C = _speedups is not None
 
 __all__ = [
     "CJK_MODES",
     "INDEXING_MODES",
     "LANGUAGES",
     "MAX_TERMS",
+    "TERMS_IN_C",
     "Indexing",
     "Phrase",
     "SearchSettings",

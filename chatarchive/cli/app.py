@@ -23,6 +23,7 @@ from chatarchive._document import ChatFilter
 from chatarchive._engine import DEFAULT_URL, URL_ENV, in_memory, shown_url
 from chatarchive._exceptions import ChatArchiveError, InvalidArgument
 from chatarchive._migrations import stored_chats
+from chatarchive._terms import TERMS_IN_C
 from chatarchive.encryption import keys_from_environment
 
 from .rendering import printable
@@ -228,7 +229,11 @@ def fail(message: str) -> NoReturn:
     metavar="URL",
     help=f"Database URL (default: ${URL_ENV}, else {DEFAULT_URL}).",
 )
-@click.version_option(package_name="chatarchive")
+@click.version_option(
+    package_name="chatarchive",
+    # Whether the tokenizer in C was compiled when the package was installed.
+    message=f"%(prog)s, version %(version)s (search terms found in {'C' if TERMS_IN_C else 'Python'})",
+)
 @click.pass_context
 def main(ctx: click.Context, url: str | None) -> None:
     """Keep LLM chat conversations in a normalized database, losslessly."""

@@ -54,6 +54,10 @@ DOC = {
 }
 
 
+def test_the_version_says_where_search_terms_are_found(run: Run) -> None:
+    assert run("--version").stdout.endswith("(search terms found in C)\n")
+
+
 def test_db_commands(run: Run, dialect: str) -> None:
     assert run("db", "current").stdout.strip() == "none"
     not_yet = "(no such file)" if dialect == "sqlite" else "revision none"
