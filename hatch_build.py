@@ -20,7 +20,7 @@ _NAME = "chatarchive._speedups"
 _SOURCE = "chatarchive/_speedups.c"
 
 
-class SpeedupsBuildHook(BuildHookInterface):  # type: ignore[type-arg]
+class SpeedupsBuildHook(BuildHookInterface):
     PLUGIN_NAME = "custom"
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
