@@ -30,6 +30,7 @@ written as the LangChain message of its role.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from chatarchive._document import ChatDocument, Message, ToolCall, ToolFunction
@@ -38,7 +39,7 @@ from chatarchive._exceptions import InvalidDocument
 from ._format import Format
 from ._shapes import array, json_object, kept, usage_back, usage_in_archive
 
-__all__ = ["FORMATS", "KEY", "from_document", "looks_like", "to_document", "to_messages"]
+__all__ = ["FORMATS", "KEY", "from_document", "from_messages", "looks_like", "to_document", "to_messages"]
 
 KEY = "langchain"
 
@@ -187,7 +188,12 @@ def _tool_call(call: Any, invalid: bool, where: str) -> dict[str, Any]:
 
 
 def from_document(doc: ChatDocument) -> list[dict[str, Any]]:
-    return [_serialized(message) for message in doc.messages]
+    return from_messages(doc.messages)
+
+
+def from_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """The archive's messages as LangChain's message dicts (``messages_to_dict``'s)."""
+    return [_serialized(message) for message in messages]
 
 
 def _serialized(message: Message) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
 
 from chatarchive._api import AsyncChatArchive, ChatArchive
-from chatarchive._document import ChatDocument, Message
+from chatarchive._document import Message
 from chatarchive.formats import langchain as langchain_format
 
 from ._chats import SessionChat, Work, arun, find, run
@@ -92,6 +92,4 @@ def archive_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
 
 def langchain_messages(messages: Sequence[Message]) -> list[BaseMessage]:
     """The archive's messages as LangChain messages."""
-    # Messages are checked when they are made: a document around them needs no second check.
-    document = ChatDocument.model_construct(messages=list(messages))
-    return messages_from_dict(langchain_format.from_document(document))
+    return messages_from_dict(langchain_format.from_messages(messages))
