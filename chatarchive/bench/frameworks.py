@@ -7,7 +7,10 @@ LlamaIndex's ``PostgresChatStore``), the same chats are played turn by turn
 and into the framework's store, in the same database, the two taking turns on
 each chat. Each turn is an add of its messages and a get of the whole history,
 timed apart, as an application does them. At the end, each store's histories
-are compared with what went in: how many chats come back equal.
+are compared with what went in: how many chats come back equal. The chats
+are played twice, each time against the peer anew: with the archive's search
+terms written by each add (``sync`` indexing, the default), and with them left
+to ``index_pending`` (``deferred``), as no peer indexes anything.
 
 A framework whose packages are not installed is left out (its figures are
 ``None``); PostgreSQL only, as the peer stores are.
@@ -32,7 +35,7 @@ from chatarchive import formats
 from chatarchive._api import AsyncChatArchive, ChatArchive
 from chatarchive._document import ChatDocument
 
-__all__ = ["FRAMEWORKS", "measure_frameworks"]
+__all__ = ["FRAMEWORKS", "INDEXING_PASSES", "measure_frameworks"]
 
 #: Each framework: the peer store it is measured against, and the packages both need.
 FRAMEWORKS = {
@@ -63,26 +66,50 @@ def available(framework: str) -> bool:
         return False
 
 
+#: The archive's indexing in each pass, and its figures' prefix after the
+#: framework's name: ``sync`` (the default) and ``deferred`` (search terms
+#: written by ``index_pending``, off the adds' path, as no peer indexes anything).
+INDEXING_PASSES = {"sync": "", "deferred": "_deferred"}
+
+
 def measure_frameworks(
     archive: ChatArchive, engine: Engine, url: URL, docs: Sequence[dict[str, Any]], progress: Progress
 ) -> dict[str, float | None]:
     """The figures of every framework (``None`` for one not installed, and
-    for all on a database other than PostgreSQL)."""
+    for all on a database other than PostgreSQL): one pass with each of the
+    archive's ways of indexing (``INDEXING_PASSES``), each against the peer anew."""
     figures: dict[str, float | None] = {}
     for framework in FRAMEWORKS:
-        names = [
-            f"{framework}_{side}_{operation}_{statistic}_ms"
-            for side in ("archive", "peer")
-            for operation in ("add", "get")
-            for statistic in ("median", "p95")
-        ] + [f"{framework}_archive_exact_chats", f"{framework}_peer_exact_chats"]
-        figures.update(dict.fromkeys(names))
-        if engine.dialect.name != "postgresql" or not available(framework):
-            continue
-        chats = [ChatDocument.parse({**doc, "chat_id": f"{framework}-{doc['chat_id']}"}) for doc in docs]
-        with _stores(framework, archive, engine, url) as make:
-            figures.update(_play(framework, chats, make, progress))
+        for indexing, suffix in INDEXING_PASSES.items():
+            name = f"{framework}{suffix}"
+            figures.update(dict.fromkeys(figure_names(name)))
+            if engine.dialect.name != "postgresql" or not available(framework):
+                continue
+            chats = [ChatDocument.parse({**doc, "chat_id": f"{name}-{doc['chat_id']}"}) for doc in docs]
+            with _indexing(archive, indexing), _stores(framework, archive, engine, url) as make:
+                figures.update(_play(name, chats, make, progress))
     return figures
+
+
+def figure_names(name: str) -> list[str]:
+    """The figures of one pass (``name``: the framework's, with its pass's suffix)."""
+    return [
+        f"{name}_{side}_{operation}_{statistic}_ms"
+        for side in ("archive", "peer")
+        for operation in ("add", "get")
+        for statistic in ("median", "p95")
+    ] + [f"{name}_archive_exact_chats", f"{name}_peer_exact_chats"]
+
+
+@contextmanager
+def _indexing(archive: ChatArchive, indexing: str) -> Iterator[None]:
+    """The archive with ``indexing`` for the pass, and its own again after it."""
+    own = archive.search_settings().indexing
+    archive.configure_search(indexing=indexing)
+    try:
+        yield
+    finally:
+        archive.configure_search(indexing=own)
 
 
 def _turns(items: list[Any], is_user: Callable[[Any], bool]) -> list[list[Any]]:

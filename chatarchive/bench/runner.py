@@ -41,7 +41,7 @@ from chatarchive.formats import export
 
 from .attachments import measure_attachments
 from .citus import measure_citus
-from .frameworks import FRAMEWORKS, available, measure_frameworks
+from .frameworks import FRAMEWORKS, INDEXING_PASSES, available, measure_frameworks
 from .sealing import measure_sealing
 from .search import measure_search
 from .workload import chatgpt_export, generate_chats, search_terms
@@ -222,11 +222,13 @@ class BenchReport:
                 "import_peak_above_baseline_mib", "import_largest_chat_mib"
             ),
             **{
-                f"{framework} {operation} per turn, {statistic} / {peer}": self.ratio(
-                    f"{framework}_archive_{operation}_{statistic}_ms",
-                    f"{framework}_peer_{operation}_{statistic}_ms",
+                f"{framework} {operation} per turn{how}, {statistic} / {peer}": self.ratio(
+                    f"{framework}{suffix}_archive_{operation}_{statistic}_ms",
+                    f"{framework}{suffix}_peer_{operation}_{statistic}_ms",
                 )
                 for framework, (peer, _) in FRAMEWORKS.items()
+                for indexing, suffix in INDEXING_PASSES.items()
+                for how in [", deferred indexing" if indexing == "deferred" else ""]
                 for operation in ("add", "get")
                 for statistic in ("median", "p95")
             },

@@ -49,7 +49,8 @@ __all__ = ["bench"]
     type=click.IntRange(min=0),
     metavar="CHATS",
     help="Also play CHATS chats of the workload, a turn at a time, into each framework integration and "
-    "into the framework's own PostgreSQL store (PostgreSQL; frameworks not installed are left out).",
+    "into the framework's own PostgreSQL store, with sync and with deferred indexing (PostgreSQL; "
+    "frameworks not installed are left out).",
 )
 @click.option(
     "--search",
