@@ -57,6 +57,7 @@ __all__ = [
     "new_id",
     "parse_feedback",
     "parse_messages",
+    "without_parent",
 ]
 
 #: Message fields that belong to the archive, not to the OpenAI message shape;
@@ -644,7 +645,7 @@ class ChatDocument(_Record):
         return self._linear(self.history())
 
     def _linear(self, path: list[Message]) -> ChatDocument:
-        messages = [_without_parent(message) for message in path]
+        messages = [without_parent(message) for message in path]
         on_path = {message.uid for message in messages}
         feedback = [item for item in self.feedback if item.message_uid in on_path or item.message_uid is None]
         linear = self.model_copy(update={"messages": messages, "feedback": feedback, "active_leaf": None})
@@ -658,7 +659,7 @@ class ChatDocument(_Record):
         raise InvalidArgument(f"no message with uid {uid!r}", argument=argument, chat_id=self.chat_id)
 
 
-def _without_parent(message: Message) -> Message:
+def without_parent(message: Message) -> Message:
     """The message as a linear document holds it: following the one before."""
     if "parent" not in message.__pydantic_fields_set__:
         return message

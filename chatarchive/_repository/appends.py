@@ -30,25 +30,29 @@ from sqlalchemy import (
     any_,
     bindparam,
     case,
+    cast,
     exists,
     false,
     func,
     insert,
+    literal_column,
+    null,
     or_,
     select,
     true,
     union_all,
 )
 from sqlalchemy import update as update_rows
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
 
 from chatarchive._attachments import may_hold_payload
 from chatarchive._backends import Backend
 from chatarchive._backends.citus import DISTRIBUTION_SETTING
-from chatarchive._document import Message
+from chatarchive._document import ChatDocument, Message
 from chatarchive._exceptions import ChatNotFound
-from chatarchive._rows import messages_to_rows
+from chatarchive._rows import document_to_rows, messages_to_rows
 from chatarchive._schema import tables
 from chatarchive._terms import SearchSettings
 
@@ -101,13 +105,18 @@ def append_in_one_statement(
     given: Sequence[str],
     expected_version: int | None,
     guesses: Guesses,
+    create: ChatDocument | None = None,
 ) -> list[Message] | None:
     """Append ``parsed`` (whose uids ``given`` came with them) to the end of
     the chat in one statement; ``None`` if it changed nothing (a check
     failed), for the general write to do the append.
 
+    ``create``: the chat is not there; create it as the document ``create``
+    (whose messages are ``parsed``, as a chain), as ``save`` would; ``None``
+    if it is there by now, or anything else needs the general write.
+
     Raises:
-        ChatNotFound: the chat is not there.
+        ChatNotFound: the chat is not there (and none is to be created).
     """
     guess = guesses.search
     if guess.indexing == "sync" and guess.embedder is not None:
@@ -115,7 +124,16 @@ def append_in_one_statement(
     if unit.keys is not None:
         return None  # a sealed chat's rows are sealed by the general write
     moment = now()
-    rows = messages_to_rows(chat_id, parsed, user_id=None, first_position=0, now=moment)  # the chat's: below
+    chat_row = None
+    if create is None:
+        rows = messages_to_rows(
+            chat_id, parsed, user_id=None, first_position=0, now=moment
+        )  # the chat's: below
+    else:
+        made = document_to_rows(create, now=moment, version=1)
+        if made.tags or made.feedback:
+            return None
+        rows, chat_row = made, {**made.chat, "search_from": None if guess.indexing == "sync" else 0}
     if len(rows.messages) + len(rows.parts) + len(rows.tool_calls) > MOST_ROWS:
         return None
     if any(row["data"] and may_hold_payload(row["data"]) for row in rows.parts):
@@ -129,7 +147,8 @@ def append_in_one_statement(
             terms=len(terms),
             sync=guess.indexing == "sync",
             expected=expected_version is not None,
-            given=bool(given),
+            given=bool(given) and chat_row is None,
+            create=chat_row is not None,
         ),
         unit.backend,
     )
@@ -140,6 +159,8 @@ def append_in_one_statement(
         "given": list(given),
     }
     params |= {"language": guess.language, "cjk": guess.cjk}
+    if chat_row is not None:
+        params |= {f"chat_{name}": value for name, value in chat_row.items()}
     for prefix, table_rows in (("m", rows.messages), ("p", rows.parts), ("c", rows.tool_calls)):
         for index, row in enumerate(table_rows):
             params |= {f"{prefix}{index}_{name}": value for name, value in row.items()}
@@ -152,7 +173,7 @@ def append_in_one_statement(
             return None
     guesses.distributed = distribution is not None
     if version is None:
-        if not there:
+        if not there and chat_row is None:
             # Said here rather than by the general write, whose transaction
             # would end in a rollback: psycopg forgets a connection's prepared
             # statements at every rollback, and a framework's first add to a
@@ -174,6 +195,8 @@ class _Shape:
     sync: bool
     expected: bool
     given: bool
+    #: The chat created by the statement, rather than bumped.
+    create: bool = False
 
 
 _RELATIVE = ("position", "parent_position")
@@ -192,46 +215,7 @@ def _statement(shape: _Shape, backend: Backend) -> Any:
         )
     else:
         settings_hold = indexing != "sync"
-    checks = [
-        tables.chats.c.chat_id == bindparam("chat"),
-        tables.chats.c.sealed.is_(false()),  # the general write says that it needs the keys
-        or_(
-            tables.chats.c.active_leaf == tables.chats.c.message_count - 1, tables.chats.c.message_count == 0
-        ),
-        settings_hold,
-    ]
-    if shape.expected:
-        checks.append(tables.chats.c.version == bindparam("expected", type_=Integer))
-    if shape.given:
-        checks.append(
-            ~exists().where(
-                tables.messages.c.chat_id == bindparam("chat"),
-                tables.messages.c.uid == any_(bindparam("given", type_=ARRAY(Text))),
-            )
-        )
-    old = (
-        select(
-            tables.chats.c.chat_id,
-            tables.chats.c.message_count.label("first"),
-            tables.chats.c.active_leaf.label("leaf"),
-        )
-        .where(*checks)
-        .with_for_update()
-        .cte("old")
-    )
-    bumped = (
-        update_rows(tables.chats)
-        # The chat's id named again: Citus then sends the statement to the chat's shard.
-        .where(tables.chats.c.chat_id == old.c.chat_id, tables.chats.c.chat_id == bindparam("chat"))
-        .values(
-            version=tables.chats.c.version + 1,
-            updated_at=bindparam("moment"),
-            # The check in "old" holds: marked exactly when the terms were not computed.
-            **adding_values(shape.messages, false() if shape.sync else true()),
-        )
-        .returning(tables.chats.c.version, tables.chats.c.user_id, old.c.first, old.c.leaf)
-        .cte("bumped")
-    )
+    bumped = _created(settings_hold) if shape.create else _bumped(shape, settings_hold)
 
     def value(table: Any, prefix: str, index: int, column: Any) -> Any:
         given = bindparam(f"{prefix}{index}_{column.name}", type_=column.type)
@@ -278,3 +262,72 @@ def _statement(shape: _Shape, backend: Backend) -> Any:
         # Read only when a check failed: the settings the next append computes terms for.
         *(case((version.is_(None), searching.stored_setting(name))) for name in searching.SETTING_FIELDS),
     ).add_cte(*written)
+
+
+def _bumped(shape: _Shape, settings_hold: Any) -> Any:
+    """The chat's row locked, checked and given its new version and counts
+    (no row: a check failed), with the first new position and the old leaf."""
+    checks = [
+        tables.chats.c.chat_id == bindparam("chat"),
+        tables.chats.c.sealed.is_(false()),  # the general write says that it needs the keys
+        or_(
+            tables.chats.c.active_leaf == tables.chats.c.message_count - 1, tables.chats.c.message_count == 0
+        ),
+        settings_hold,
+    ]
+    if shape.expected:
+        checks.append(tables.chats.c.version == bindparam("expected", type_=Integer))
+    if shape.given:
+        checks.append(
+            ~exists().where(
+                tables.messages.c.chat_id == bindparam("chat"),
+                tables.messages.c.uid == any_(bindparam("given", type_=ARRAY(Text))),
+            )
+        )
+    old = (
+        select(
+            tables.chats.c.chat_id,
+            tables.chats.c.message_count.label("first"),
+            tables.chats.c.active_leaf.label("leaf"),
+        )
+        .where(*checks)
+        .with_for_update()
+        .cte("old")
+    )
+    return (
+        update_rows(tables.chats)
+        # The chat's id named again: Citus then sends the statement to the chat's shard.
+        .where(tables.chats.c.chat_id == old.c.chat_id, tables.chats.c.chat_id == bindparam("chat"))
+        .values(
+            version=tables.chats.c.version + 1,
+            updated_at=bindparam("moment"),
+            # The check in "old" holds: marked exactly when the terms were not computed.
+            **adding_values(shape.messages, false() if shape.sync else true()),
+        )
+        .returning(tables.chats.c.version, tables.chats.c.user_id, old.c.first, old.c.leaf)
+        .cte("bumped")
+    )
+
+
+def _created(settings_hold: Any) -> Any:
+    """The chat's row inserted from the parameters ``chat_<column>`` (no
+    row: it is there already, or the settings do not hold), with the first
+    position (0) and the leaf the first message answers (none)."""
+    values = select(
+        *(
+            bindparam(f"chat_{column.name}", type_=column.type).label(column.name)
+            for column in tables.chats.columns
+        )
+    ).where(settings_hold)
+    return (
+        postgresql.insert(tables.chats)
+        .from_select(list(tables.chats.columns), values)
+        .on_conflict_do_nothing(index_elements=[tables.chats.c.chat_id])
+        .returning(
+            tables.chats.c.version,
+            tables.chats.c.user_id,
+            literal_column("0", Integer).label("first"),
+            cast(null(), Integer).label("leaf"),
+        )
+        .cte("bumped")
+    )

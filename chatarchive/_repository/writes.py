@@ -34,6 +34,7 @@ from chatarchive._document import (
     Usage,
     parse_feedback,
     parse_messages,
+    without_parent,
 )
 from chatarchive._exceptions import ChatNotFound, ConflictError, InvalidArgument, InvalidDocument, quoted
 from chatarchive._rows import (
@@ -137,7 +138,16 @@ def save(unit: Unit, /, doc: ChatDocument | Mapping[str, Any], *, expected_versi
             linear document would replace a chat with branches.
     """
     require_version(expected_version)
-    doc = unit.owned(redact_document(unit.redactor, ChatDocument.parse(doc, limits=unit.limits)))
+    return _store(
+        unit,
+        redact_document(unit.redactor, ChatDocument.parse(doc, limits=unit.limits)),
+        expected_version=expected_version,
+    )
+
+
+def _store(unit: Unit, /, doc: ChatDocument, *, expected_version: int | None) -> int:
+    """``save`` of a document already checked (and redacted)."""
+    doc = unit.owned(doc)
     with unit.writing():
         for _ in range(CREATE_ATTEMPTS):
             current = lock_row(unit, doc.chat_id)
@@ -179,11 +189,18 @@ def append(
     *,
     parent: str | None = None,
     expected_version: int | None = None,
+    create: Mapping[str, Any] | None = None,
 ) -> Plan[list[Message]]:
     """Add messages to a chat as a chain, without touching earlier rows: the
     first answers the active leaf (or ``parent``, the uid of any message of
     the chat: a new branch), each next one the one before. The last becomes
     the active leaf, so ``get`` shows them.
+
+    With ``create`` (the new chat's other fields, as a document has them:
+    ``user_id``, ``title``, ``metadata``... or ``{}``), a chat that is not
+    there is created with the messages, as ``save`` of that document would
+    create it; what a framework's store does at a session's first add. On
+    PostgreSQL the creation too is one statement.
 
     Errors name the message by its index in ``messages``.
 
@@ -191,43 +208,115 @@ def append(
         The messages as stored (uids and timestamps filled in).
 
     Raises:
-        InvalidArgument: ``parent`` names no message of the chat.
+        InvalidArgument: ``parent`` names no message of the chat; ``create``
+            with ``parent`` or ``expected_version`` (a chat that may be new
+            has neither).
+        InvalidDocument: ``create`` holds what a document may not.
     """
     optional_text(parent, "parent")
+    new_chat = _chat_to_create(chat_id, create, parent, expected_version, face)
     parsed, given = parsed_messages(chat_id, messages, face.limits, face.redactor)
-    if (
-        parent is None
+    # What the archive last saw of its database, where the append can be one statement.
+    guesses = (
+        face.guesses
+        if parent is None
         and parsed
         and face.guesses is not None  # an archive's own transaction, which the statement can be
         and not face.guesses.distributed
         and face.user_id is None  # a user's would first tell row-level security who writes
         and face.backend.appends_in_one_statement
-    ):
-        stored: list[Message] | None = yield Step(
-            Kind.STATEMENT,
+        else None
+    )
+    try:
+        if guesses is not None:
+            stored: list[Message] | None = yield Step(
+                Kind.STATEMENT,
+                partial(
+                    append_in_one_statement,
+                    chat_id=chat_id,
+                    parsed=parsed,
+                    given=given,
+                    expected_version=expected_version,
+                    guesses=guesses,
+                ),
+            )
+            if stored is not None:
+                return stored
+        added: list[Message] = yield Step(
+            Kind.WRITE,
             partial(
-                append_in_one_statement,
+                _add,
                 chat_id=chat_id,
                 parsed=parsed,
                 given=given,
                 expected_version=expected_version,
-                guesses=face.guesses,
+                parent=parent,
+            ),
+        )
+        return added
+    except ChatNotFound:
+        if new_chat is None or not parsed:
+            raise
+    # The chat is not there: created with the messages, a chain as an append makes it.
+    moment = now()
+    chain = [
+        without_parent(m if m.created_at else m.model_copy(update={"created_at": moment})) for m in parsed
+    ]
+    doc = new_chat.model_copy(update={"messages": chain})
+    if guesses is not None:
+        stored = yield Step(
+            Kind.STATEMENT,
+            partial(
+                append_in_one_statement,
+                chat_id=chat_id,
+                parsed=chain,
+                given=given,
+                expected_version=None,
+                guesses=guesses,
+                create=doc,
             ),
         )
         if stored is not None:
             return stored
-    added: list[Message] = yield Step(
-        Kind.WRITE,
-        partial(
-            _add,
-            chat_id=chat_id,
-            parsed=parsed,
-            given=given,
-            expected_version=expected_version,
-            parent=parent,
-        ),
-    )
-    return added
+    try:
+        yield Step(Kind.WRITE, partial(_store, doc=doc, expected_version=0))
+    except ConflictError:  # created meanwhile: the messages follow what it holds
+        again: list[Message] = yield Step(
+            Kind.WRITE,
+            partial(_add, chat_id=chat_id, parsed=parsed, given=given, expected_version=None),
+        )
+        return again
+    return list(doc.messages)
+
+
+def _chat_to_create(
+    chat_id: str,
+    create: Mapping[str, Any] | None,
+    parent: str | None,
+    expected_version: int | None,
+    face: FaceFacts,
+) -> ChatDocument | None:
+    """The chat ``append(..., create=...)`` makes when it is not there,
+    without messages: checked, and redacted as a saved document is."""
+    if create is None:
+        return None
+    if not isinstance(create, Mapping):
+        raise InvalidArgument(
+            f"create must be a mapping of the new chat's fields, not {type(create).__name__}",
+            argument="create",
+        )
+    if parent is not None or expected_version is not None:
+        raise InvalidArgument(
+            "create makes the chat when it is not there: it has no parent or version to name",
+            argument="create",
+        )
+    for name in ("chat_id", "messages"):
+        if name in create:
+            raise InvalidArgument(
+                f"create holds the new chat's other fields; {name!r} is given apart", argument="create"
+            )
+    chat = ChatDocument.parse({**create, "chat_id": chat_id}, limits=face.limits)
+    return redact_document(face.redactor, chat)
 
 
 def append_messages(

@@ -205,16 +205,11 @@ class SessionChat:
         (no messages: nothing to do, no chat made)."""
         if not messages:
             return
-        try:
-            yield from call("append", self.chat_id, messages)
-        except ChatNotFound:
-            try:
-                yield from call("save", self._new(messages), expected_version=0)
-            except ConflictError:  # created meanwhile: append after what it holds
-                yield from call("append", self.chat_id, messages)
+        yield from call("append", self.chat_id, messages, create=self._new())
 
-    def _new(self, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        chat: dict[str, Any] = {"chat_id": self.chat_id, "messages": list(messages)}
+    def _new(self) -> dict[str, Any]:
+        """The chat's fields, for the first add to create it with."""
+        chat: dict[str, Any] = {}
         if self.user_id is not None:
             chat["user_id"] = self.user_id
         if self.metadata is not None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -18,6 +20,7 @@ from chatarchive import (
     ChatArchive,
     ChatNotFound,
     ConflictError,
+    InvalidArgument,
     InvalidDocument,
     create_async_engine,
     create_engine,
@@ -249,3 +252,115 @@ def test_a_user_archive_and_the_asyncio_archive_append_the_same(archive: ChatArc
 
     asyncio.run(more())
     assert archive.get("u").to_openai() == TURN
+
+
+def test_an_append_that_may_create_makes_the_chat_that_save_makes(
+    archive: ChatArchive, engine: Engine, database_kind: str
+) -> None:
+    """``create``: a framework's first add to a session. A chat that is not
+    there is created with the messages, as saving the document makes it (on
+    one PostgreSQL server, by one statement after the append's own found no
+    chat: no transaction of the general write); a chat that is there gets
+    them appended, its fields as they were."""
+    archive.save({"chat_id": "warm", "messages": [{"role": "system", "content": "be brief"}]})
+    archive.append("warm", TURN[:1])  # the archive learns the search settings
+    fields: dict[str, Any] = {"user_id": "alice", "title": "Ketchup", "metadata": {"z": 1, "a": [1, 2]}}
+    with recorded_statements(engine) as statements:
+        stored = archive.append("made", TURN, create=fields)
+    if database_kind == "postgresql":
+        assert [sql.lstrip()[:4] for sql, _ in statements] == ["WITH", "WITH"], statements
+        assert "INSERT INTO chats" in statements[1][0]
+    assert all(message.created_at is not None for message in stored)
+    archive.save({**fields, "chat_id": "saved", "messages": [m.model_dump(mode="json") for m in stored]})
+    made, saved = archive.get("made"), archive.get("saved")
+    same = {"chat_id", "created_at", "updated_at"}
+    assert made.model_dump(mode="json", exclude=same) == saved.model_dump(mode="json", exclude=same)
+    assert list(made.metadata or {}) == ["z", "a"]
+    assert (made.version, made.user_id, made.to_openai()) == (1, "alice", TURN)
+    assert [m.uid for m in made.messages] == [m.uid for m in stored]
+    assert {hit.chat_id for hit in archive.search("ketchup")} == {"made", "saved", "warm"}
+
+    archive.append("made", [{"role": "user", "content": "and mustard?"}], create={"user_id": "bob"})
+    again = archive.get("made")
+    assert (again.version, again.user_id, again.title) == (2, "alice", "Ketchup")
+    assert again.to_openai() == [*TURN, {"role": "user", "content": "and mustard?"}]
+
+
+def test_a_chat_created_by_an_append_keeps_its_tags_and_parents_as_a_chain(archive: ChatArchive) -> None:
+    """What the one statement does not write (tags) goes through the general
+    write; a message naming a parent is added as an append adds it, after the
+    one before."""
+    archive.save({"chat_id": "warm", "messages": [{"role": "system", "content": "be brief"}]})
+    archive.append("warm", TURN[:1])
+    turn = [
+        {"role": "user", "content": "hi", "uid": "q"},
+        {"role": "assistant", "content": "hey", "parent": "q"},
+    ]
+    archive.append("tagged", turn, create={"tags": ["lab", "lab", "food"]})
+    made = archive.get("tagged")
+    assert made.tags == ["lab", "food"]
+    assert [m.content for m in made.messages] == ["hi", "hey"]
+    assert archive.get_tree("tagged").document.is_linear
+
+
+def test_a_chat_created_by_an_append_with_deferred_indexing_waits_for_the_indexer(
+    archive: ChatArchive,
+) -> None:
+    archive.configure_search(indexing="deferred")
+    archive.save({"chat_id": "warm", "messages": [{"role": "system", "content": "be brief"}]})
+    archive.append("warm", TURN[:1])
+    archive.append("later", TURN, create={})
+    before = archive.search("ketchup")
+    assert {hit.chat_id for hit in before} == set()
+    assert before.pending_chats == 2
+    archive.index_pending()
+    assert {hit.chat_id for hit in archive.search("ketchup")} == {"later", "warm"}
+
+
+def test_appends_that_may_create_the_same_chat_at_once_keep_every_message(archive: ChatArchive) -> None:
+    """Writers whose first add races: one creates the chat, the others append
+    to it; every turn is stored once, whole, in the order the writes took."""
+    archive.save({"chat_id": "warm", "messages": [{"role": "system", "content": "be brief"}]})
+    archive.append("warm", TURN[:1])
+    writers = 4
+    barrier = threading.Barrier(writers)
+
+    def write(writer: int) -> None:
+        barrier.wait()
+        turn = [{"role": "user", "content": f"q{writer}"}, {"role": "assistant", "content": f"a{writer}"}]
+        archive.append("raced", turn, create={"user_id": "alice"})
+
+    with ThreadPoolExecutor(writers) as pool:
+        list(pool.map(write, range(writers)))
+    raced = archive.get("raced")
+    contents = [str(m.content) for m in raced.messages]
+    assert sorted(contents) == sorted(f"{kind}{n}" for n in range(writers) for kind in "qa")
+    assert all(contents[i + 1] == "a" + contents[i][1:] for i in range(0, len(contents), 2))
+    assert (raced.version, raced.user_id) == (writers, "alice")
+
+
+@pytest.mark.parametrize(
+    ("create", "other"),
+    [
+        ({}, {"parent": "q"}),
+        ({}, {"expected_version": 1}),
+        ({"chat_id": "elsewhere"}, {}),
+        ({"messages": []}, {}),
+        (["user_id"], {}),
+    ],
+)
+def test_an_append_refuses_to_create_what_a_new_chat_cannot_be(
+    archive: ChatArchive, create: Any, other: dict[str, Any]
+) -> None:
+    with pytest.raises(InvalidArgument, match="create"):
+        archive.append("c", TURN[:1], create=create, **other)
+    assert archive.find("c") is None
+
+
+def test_an_append_that_creates_names_the_chat_and_field_at_fault(archive: ChatArchive) -> None:
+    with pytest.raises(InvalidDocument) as raised:
+        archive.append("c", TURN[:1], create={"user_id": 5})
+    assert (raised.value.chat_id, raised.value.field) == ("c", "user_id")
+    with pytest.raises(ChatNotFound):  # without create, a missing chat is said as before
+        archive.append("c", TURN[:1])
+    assert archive.find("c") is None
