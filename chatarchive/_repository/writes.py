@@ -199,8 +199,9 @@ def append(
     With ``create`` (the new chat's other fields, as a document has them:
     ``user_id``, ``title``, ``metadata``... or ``{}``), a chat that is not
     there is created with the messages, as ``save`` of that document would
-    create it; what a framework's store does at a session's first add. On
-    PostgreSQL the creation too is one statement.
+    create it (no messages: no chat, ``ChatNotFound``); what a framework's
+    store does at a session's first add. On PostgreSQL the creation too is
+    one statement.
 
     Errors name the message by its index in ``messages``.
 
