@@ -363,4 +363,6 @@ def test_an_append_that_creates_names_the_chat_and_field_at_fault(archive: ChatA
     assert (raised.value.chat_id, raised.value.field) == ("c", "user_id")
     with pytest.raises(ChatNotFound):  # without create, a missing chat is said as before
         archive.append("c", TURN[:1])
+    with pytest.raises(ChatNotFound):  # and with no messages, no chat is made
+        archive.append("c", [], create={})
     assert archive.find("c") is None
