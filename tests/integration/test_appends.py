@@ -366,3 +366,15 @@ def test_an_append_that_creates_names_the_chat_and_field_at_fault(archive: ChatA
     with pytest.raises(ChatNotFound):  # and with no messages, no chat is made
         archive.append("c", [], create={})
     assert archive.find("c") is None
+
+
+def test_a_users_archive_creates_the_chat_as_hers_and_never_reaches_anothers(archive: ChatArchive) -> None:
+    ann, bob = archive.for_user("ann"), archive.for_user("bob")
+    ann.append("hers", TURN[:2], create={})
+    assert archive.get("hers").user_id == "ann"
+    with pytest.raises(ChatNotFound):  # there, but another user's: not found, and left as it was
+        bob.append("hers", TURN[2:], create={})
+    with pytest.raises(InvalidDocument, match="user_id"):
+        bob.append("his", TURN[:1], create={"user_id": "ann"})
+    assert archive.get("hers").to_openai() == TURN[:2]
+    assert archive.find("his") is None

@@ -78,6 +78,10 @@ def test_every_write_path_redacts_before_anything_is_stored(redacting: ChatArchi
     redacting.save_many([{"chat_id": "many", "messages": [{"role": "user", "content": f"iban {IBAN}"}]}])
     question = redacting.append("many", [{"role": "user", "content": f"phone {PHONE}"}])[0]
     redacting.append("many", [{"role": "assistant", "content": "ok", "refusal": f"not {EMAIL}"}])
+    # A chat created by its first append: its title too.
+    redacting.append(
+        "created", [{"role": "user", "content": f"mail {EMAIL}"}], create={"title": f"for {PHONE}"}
+    )
     redacting.regenerate(
         "many", redacting.get("many").messages[-1].uid, [{"role": "assistant", "content": CARD}]
     )
@@ -108,7 +112,7 @@ def test_every_write_path_redacts_before_anything_is_stored(redacting: ChatArchi
     assert PLACEHOLDER.fullmatch(saved.title.removeprefix("Refund to "))
     arguments = saved.messages[1].tool_calls[0].function.arguments  # type: ignore[index]
     assert json.loads(arguments)["n"] == 2  # still JSON
-    assert redactor.counts() == {"api_key": 2, "card": 3, "email": 7, "iban": 3, "phone": 3}
+    assert redactor.counts() == {"api_key": 2, "card": 3, "email": 8, "iban": 3, "phone": 4}
     for secret in ("quokka", "4111111111111111", "Qw3rtyUi0pAsDfGhJkLzXcVbNm12"):
         assert list(redacting.search(secret)) == []
 
