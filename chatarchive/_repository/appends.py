@@ -8,6 +8,11 @@ mark), and inserts the messages, their parts and tool calls (and, with sync
 indexing, their terms). An archive runs it on its own, without a transaction
 around it, so that the whole append is one round trip to the server.
 
+An append that may create the chat (``append(..., create=...)``, a
+framework's first add to a session) has one more statement of the same kind
+for a chat that is not there: it inserts the chat's row, as ``save`` would
+write it, and the rows under it.
+
 Whenever a check fails, the statement changes nothing. A chat that is not
 there is said at once (``ChatNotFound``); anything else runs as the general
 write (``writes._add``), which raises the precise error or does the rarer
@@ -126,9 +131,8 @@ def append_in_one_statement(
     moment = now()
     chat_row = None
     if create is None:
-        rows = messages_to_rows(
-            chat_id, parsed, user_id=None, first_position=0, now=moment
-        )  # the chat's: below
+        # The rows' user is the chat's, which the statement reads from the chat's row.
+        rows = messages_to_rows(chat_id, parsed, user_id=None, first_position=0, now=moment)
     else:
         made = document_to_rows(create, now=moment, version=1)
         if made.tags or made.feedback:
