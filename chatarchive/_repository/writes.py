@@ -48,7 +48,7 @@ from chatarchive._schema import in_pieces, tables
 from chatarchive.redaction import Redactor, redact_document, redact_feedback, redact_messages
 
 from . import attachments, sealing, searching
-from .appends import append_in_one_statement
+from .appends import Guesses, append_in_one_statement
 from .chat_rows import (
     CREATE_ATTEMPTS,
     bump,
@@ -230,16 +230,8 @@ def append(
     )
     try:
         if guesses is not None:
-            stored: list[Message] | None = yield Step(
-                Kind.STATEMENT,
-                partial(
-                    append_in_one_statement,
-                    chat_id=chat_id,
-                    parsed=parsed,
-                    given=given,
-                    expected_version=expected_version,
-                    guesses=guesses,
-                ),
+            stored: list[Message] | None = yield _in_one_statement(
+                guesses, chat_id, parsed, given, expected_version=expected_version
             )
             if stored is not None:
                 return stored
@@ -265,18 +257,7 @@ def append(
     ]
     doc = new_chat.model_copy(update={"messages": chain})
     if guesses is not None:
-        stored = yield Step(
-            Kind.STATEMENT,
-            partial(
-                append_in_one_statement,
-                chat_id=chat_id,
-                parsed=chain,
-                given=given,
-                expected_version=None,
-                guesses=guesses,
-                create=doc,
-            ),
-        )
+        stored = yield _in_one_statement(guesses, chat_id, chain, given, expected_version=None, create=doc)
         if stored is not None:
             return stored
     try:
@@ -288,6 +269,30 @@ def append(
         )
         return again
     return list(doc.messages)
+
+
+def _in_one_statement(
+    guesses: Guesses,
+    chat_id: str,
+    parsed: list[Message],
+    given: list[str],
+    *,
+    expected_version: int | None,
+    create: ChatDocument | None = None,
+) -> Step[list[Message] | None]:
+    """The append (or, with ``create``, the creation) as one statement: see ``append_in_one_statement``."""
+    return Step(
+        Kind.STATEMENT,
+        partial(
+            append_in_one_statement,
+            chat_id=chat_id,
+            parsed=parsed,
+            given=given,
+            expected_version=expected_version,
+            guesses=guesses,
+            create=create,
+        ),
+    )
 
 
 def _chat_to_create(

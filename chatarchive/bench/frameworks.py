@@ -82,7 +82,7 @@ def measure_frameworks(
     for framework in FRAMEWORKS:
         for indexing, suffix in INDEXING_PASSES.items():
             name = f"{framework}{suffix}"
-            figures.update(dict.fromkeys(figure_names(name)))
+            figures.update(dict.fromkeys(_figure_names(name)))
             if engine.dialect.name != "postgresql" or not available(framework):
                 continue
             chats = [ChatDocument.parse({**doc, "chat_id": f"{name}-{doc['chat_id']}"}) for doc in docs]
@@ -91,7 +91,7 @@ def measure_frameworks(
     return figures
 
 
-def figure_names(name: str) -> list[str]:
+def _figure_names(name: str) -> list[str]:
     """The figures of one pass (``name``: the framework's, with its pass's suffix)."""
     return [
         f"{name}_{side}_{operation}_{statistic}_ms"
