@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import create_engine
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -86,7 +87,7 @@ def measure_frameworks(
             if engine.dialect.name != "postgresql" or not available(framework):
                 continue
             chats = [ChatDocument.parse({**doc, "chat_id": f"{name}-{doc['chat_id']}"}) for doc in docs]
-            with _indexing(archive, indexing), _stores(framework, archive, engine, url) as make:
+            with _indexing(archive, indexing), _stores(framework, archive, url) as make:
                 figures.update(_play(name, chats, make, progress))
     return figures
 
@@ -161,15 +162,20 @@ def _play(
 
 @contextmanager
 def _stores(
-    framework: str, archive: ChatArchive, engine: Engine, url: URL
+    framework: str, archive: ChatArchive, url: URL
 ) -> Iterator[Callable[[ChatDocument], tuple[_Store, _Store, list[list[Any]]]]]:
-    """For each chat: chatarchive's store, the peer's, and the chat's turns in the framework's types."""
+    """For each chat: chatarchive's store, the peer's, and the chat's turns in
+    the framework's types. Each peer connects as its framework's own
+    constructor does (a connection or engines of its own), never through the
+    archive's pool: the peers' transactions end in a rollback, and psycopg
+    forgets the statements prepared on a connection at each rollback, so a
+    shared pool would make the archive plan its statements again and again."""
     if framework == "langchain":
         yield from _langchain(archive, url)
     elif framework == "openai_agents":
         yield from _openai_agents(archive, url)
     else:
-        yield from _llama_index(archive, engine, url)
+        yield from _llama_index(archive, url)
 
 
 def _langchain(archive: ChatArchive, url: URL) -> Iterator[Callable[[ChatDocument], Any]]:
@@ -232,7 +238,7 @@ def _openai_agents(archive: ChatArchive, url: URL) -> Iterator[Callable[[ChatDoc
         runner.close()
 
 
-def _llama_index(archive: ChatArchive, engine: Engine, url: URL) -> Iterator[Callable[[ChatDocument], Any]]:
+def _llama_index(archive: ChatArchive, url: URL) -> Iterator[Callable[[ChatDocument], Any]]:
     from llama_index.core.llms import ChatMessage
     from llama_index.storage.chat_store.postgres import PostgresChatStore
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -240,9 +246,12 @@ def _llama_index(archive: ChatArchive, engine: Engine, url: URL) -> Iterator[Cal
 
     from chatarchive.integrations.llama_index import ChatArchiveChatStore
 
-    theirs_async = create_async_engine(url.set(drivername="postgresql+psycopg"))
+    # The engines PostgresChatStore.from_uri would make (with psycopg, the driver installed here).
+    theirs_url = url.set(drivername="postgresql+psycopg")
+    theirs_sync = create_engine(theirs_url)
+    theirs_async = create_async_engine(theirs_url)
     theirs = PostgresChatStore(
-        session=sessionmaker(engine),
+        session=sessionmaker(theirs_sync),
         async_session=sessionmaker(theirs_async, class_=AsyncSession),  # type: ignore[call-overload]
         table_name="llama_index_bench",
     )
@@ -268,4 +277,5 @@ def _llama_index(archive: ChatArchive, engine: Engine, url: URL) -> Iterator[Cal
 
         yield make
     finally:
+        theirs_sync.dispose()
         asyncio.run(theirs_async.dispose())
