@@ -189,7 +189,11 @@ class ChatArchive(ChatOperations, ArchiveOperations, _Archive[Engine], SyncFace)
         url: the database URL. Default: ``$CHATARCHIVE_DATABASE_URL``, else
             ``sqlite:///chatarchive.db`` in the working directory.
             ``postgresql://`` URLs use psycopg 3.
-        engine: use this engine instead of creating one from ``url``.
+        engine: use this engine instead of creating one from ``url``. On
+            PostgreSQL, one that nothing else uses: psycopg forgets the
+            statements prepared on a connection whenever a transaction on it
+            rolls back, so an application's sessions sharing the pool make
+            the archive plan its statements again.
         limits: the largest input accepted (``Limits``; defaults if not given).
         redactor: replaces what must not be stored (e-mail addresses, card
             numbers, API keys...) in every write, before any row is written

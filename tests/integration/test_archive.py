@@ -736,6 +736,50 @@ def test_get_reuses_one_plan_on_postgresql(pg_archive: tuple[ChatArchive, str], 
     assert custom <= 5
 
 
+def _prepared_names(archive: ChatArchive) -> set[str]:
+    """The statements prepared on the archive's (one) connection, read
+    without a transaction, whose end would be a rollback."""
+    with archive.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        return set(connection.execute(text("SELECT name FROM pg_prepared_statements")).scalars())
+
+
+def test_calls_that_succeed_keep_the_statements_prepared_on_a_connection(
+    pg_archive: tuple[ChatArchive, str],
+) -> None:
+    """psycopg forgets every statement prepared on a connection at a rollback:
+    no call of the archive that succeeds, or that answers that a chat is not
+    there, ends in one, so that reads and appends stay planned once per
+    connection (an application sharing the archive's pool would undo that;
+    see the configuration page)."""
+    _, url = pg_archive
+    with ChatArchive(url, pool_size=1, max_overflow=0) as archive:
+        archive.save_many(chat(f"c{n}", f"hello {n}", user_id="u") for n in range(6))
+        mine = archive.for_user("u")
+        for _ in range(7):  # psycopg prepares a statement at its sixth run (an append's at its first)
+            archive.get("c0")
+            mine.get("c1")
+            archive.append("c2", [{"role": "user", "content": "more"}])
+        prepared = _prepared_names(archive)
+        assert len(prepared) >= 3
+        archive.save(chat("c3", "replaced"))
+        archive.save_many([chat("c4", "again", user_id="u")])
+        archive.update("c5", title="renamed")
+        archive.truncate("c2", 2)
+        archive.add_feedback("c1", {"score": 1})
+        mine.append("c1", [{"role": "user", "content": "mine"}])
+        assert [hit.chat_id for hit in mine.search("mine")] == ["c1"]
+        assert len(archive.list_chats().items) == archive.count_chats() == 6
+        archive.configure_search(indexing="deferred")
+        archive.append("c0", [{"role": "user", "content": "later"}])
+        archive.index_pending()
+        assert len(list(archive.export())) == 6
+        with pytest.raises(ChatNotFound):
+            archive.get("nowhere")
+        with pytest.raises(ChatNotFound):
+            archive.append("nowhere", [{"role": "user", "content": "lost"}])
+        assert prepared <= _prepared_names(archive)
+
+
 def test_a_get_on_postgresql_opens_no_orm_session(pg_archive: tuple[ChatArchive, str]) -> None:
     """get and get_many read one statement on a pooled connection, through
     both APIs, a user's archive in a transaction of that connection (which
