@@ -212,11 +212,9 @@ def _openai_agents(archive: ChatArchive, url: URL) -> Iterator[Callable[[ChatDoc
 
     from chatarchive.integrations.openai_agents import ChatArchiveSession
 
-    async_url = url.set(drivername="postgresql+psycopg")
-    ours_engine = create_async_engine(async_url)
-    theirs_engine = create_async_engine(async_url)
+    theirs_engine = create_async_engine(url.set(drivername="postgresql+psycopg"))
     runner = asyncio.Runner()
-    async_archive = AsyncChatArchive(engine=ours_engine)
+    async_archive = AsyncChatArchive(url)  # as an application makes it, on engines of its own
     try:
 
         def make(chat: ChatDocument) -> tuple[_Store, _Store, list[list[Any]]]:
@@ -233,7 +231,7 @@ def _openai_agents(archive: ChatArchive, url: URL) -> Iterator[Callable[[ChatDoc
 
         yield make
     finally:
-        runner.run(ours_engine.dispose())
+        runner.run(async_archive.close())
         runner.run(theirs_engine.dispose())
         runner.close()
 
