@@ -173,7 +173,7 @@ def _stores(
     if framework == "langchain":
         yield from _langchain(archive, url)
     elif framework == "openai_agents":
-        yield from _openai_agents(archive, url)
+        yield from _openai_agents(url)
     else:
         yield from _llama_index(archive, url)
 
@@ -207,7 +207,9 @@ def _langchain(archive: ChatArchive, url: URL) -> Iterator[Callable[[ChatDocumen
         yield make
 
 
-def _openai_agents(archive: ChatArchive, url: URL) -> Iterator[Callable[[ChatDocument], Any]]:
+def _openai_agents(url: URL) -> Iterator[Callable[[ChatDocument], Any]]:
+    """The Agents SDK's stores: chatarchive's on an asyncio archive of its own (which reads the
+    indexing the pass set on the database)."""
     from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
 
     from chatarchive.integrations.openai_agents import ChatArchiveSession
