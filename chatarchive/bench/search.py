@@ -7,6 +7,10 @@ PostgreSQL only (the figures compare against what the server itself does):
   ``deferred`` indexing, against a bare INSERT of the same message row into a
   table with the same columns and only its primary key, through psycopg with
   nothing around it; the three alternate, so that drift hits them alike;
+- the appends' tail: ten times as many appends with each indexing, their p99,
+  p99.9 and slowest (with ``sync`` indexing, the append that finds the GIN
+  index's pending list full merges it into the index, for all the appends
+  before it);
 - the lag of deferred indexing: one writer appends to a chat at a steady rate
   while an indexer runs as ``chatarchive db index --follow`` does; the lag of a
   message is from its commit to the commit of the batch that indexed it;
@@ -71,8 +75,12 @@ def _median(values: Sequence[float]) -> float:
 
 
 def _p95(values: Sequence[float]) -> float:
+    return _quantile(values, 0.95)
+
+
+def _quantile(values: Sequence[float], share: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
 def measure_search(
@@ -83,6 +91,7 @@ def measure_search(
     before = archive.search_settings()
     try:
         figures |= _appends(archive, engine, samples, progress)
+        figures |= _append_tail(archive, 10 * samples, progress)
         figures |= _lag(archive, engine, progress)
         figures |= _at_scale(archive, engine, scale, progress)
     finally:
@@ -95,13 +104,7 @@ def measure_search(
 def _appends(
     archive: ChatArchive, engine: Engine, samples: int, progress: Progress
 ) -> dict[str, float | None]:
-    # Turns of the workload, as long as users' and models' are, in every script.
-    turns = [
-        {"role": message["role"], "content": message["content"]}
-        for doc in generate_chats(200, 20, seed=3)
-        for message in doc["messages"]
-        if message["role"] in ("user", "assistant") and isinstance(message["content"], str)
-    ]
+    turns = _turns()
     for mode in ("sync", "deferred"):
         archive.save({"chat_id": f"bench-append-{mode}", "messages": turns[:1000]})
     appended = turns[1000 : 1000 + samples + 20]
@@ -144,6 +147,39 @@ def _appends(
     for mode in ("sync", "deferred"):
         archive.delete(f"bench-append-{mode}")
     return figures
+
+
+def _append_tail(archive: ChatArchive, samples: int, progress: Progress) -> dict[str, float | None]:
+    """``samples`` appends of the workload's turns with each indexing, one
+    message each, to a chat of 1,000 messages: the rare slow ones."""
+    turns = _turns()
+    figures: dict[str, float | None] = {}
+    for mode in ("sync", "deferred"):
+        archive.configure_search(indexing=mode)
+        chat_id = f"bench-append-tail-{mode}"
+        archive.save({"chat_id": chat_id, "messages": turns[:1000]})
+        timings = []
+        for index in range(samples):
+            if index % 500 == 0:
+                progress(f"search: the appends' tail, {mode}", index, samples)
+            start = time.perf_counter()
+            archive.append(chat_id, [turns[1000 + index % (len(turns) - 1000)]])
+            timings.append((time.perf_counter() - start) * 1000)
+        figures[f"append_{mode}_p99_ms"] = _quantile(timings, 0.99)
+        figures[f"append_{mode}_p999_ms"] = _quantile(timings, 0.999)
+        figures[f"append_{mode}_max_ms"] = max(timings)
+        archive.delete(chat_id)
+    return figures
+
+
+def _turns() -> list[dict[str, object]]:
+    """Turns of the workload, as long as users' and models' are, in every script."""
+    return [
+        {"role": message["role"], "content": message["content"]}
+        for doc in generate_chats(200, 20, seed=3)
+        for message in doc["messages"]
+        if message["role"] in ("user", "assistant") and isinstance(message["content"], str)
+    ]
 
 
 def _lag(
