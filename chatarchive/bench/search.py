@@ -8,9 +8,9 @@ PostgreSQL only (the figures compare against what the server itself does):
   table with the same columns and only its primary key, through psycopg with
   nothing around it; the three alternate, so that drift hits them alike;
 - the appends' tail: ten times as many appends with each indexing, their p99,
-  p99.9 and slowest (with ``sync`` indexing, the append that finds the GIN
-  index's pending list full merges it into the index, for all the appends
-  before it);
+  p99.9 and slowest, and how many took over 20 times the median (with ``sync``
+  indexing, the append that finds the GIN index's pending list full merges it
+  into the index, for all the appends before it);
 - the lag of deferred indexing: one writer appends to a chat at a steady rate
   while an indexer runs as ``chatarchive db index --follow`` does; the lag of a
   message is from its commit to the commit of the batch that indexed it;
@@ -168,6 +168,8 @@ def _append_tail(archive: ChatArchive, samples: int, progress: Progress) -> dict
         figures[f"append_{mode}_p99_ms"] = _quantile(timings, 0.99)
         figures[f"append_{mode}_p999_ms"] = _quantile(timings, 0.999)
         figures[f"append_{mode}_max_ms"] = max(timings)
+        slow = 20 * statistics.median(timings)
+        figures[f"append_{mode}_over_20x_median"] = sum(timing > slow for timing in timings)
         archive.delete(chat_id)
     return figures
 

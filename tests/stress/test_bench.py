@@ -61,6 +61,7 @@ def test_bench_measures_indexing_and_search_at_scale(run: Run, dialect: str) -> 
     for mode in ("sync", "deferred"):  # the appends' tail
         assert 0 < figures[f"append_{mode}_p99_ms"] <= figures[f"append_{mode}_p999_ms"]
         assert figures[f"append_{mode}_p999_ms"] <= figures[f"append_{mode}_max_ms"]
+        assert isinstance(figures[f"append_{mode}_over_20x_median"], int)
     assert 0 < figures["index_lag_median_ms"] <= figures["index_lag_p95_ms"] <= figures["index_lag_max_ms"]
     assert 2000 <= figures["scale_messages"] < 2200  # whole chats of about 20 messages
     # The server has pgvector (CI installs it): the catch-up writes each message's vector too.
