@@ -254,6 +254,23 @@ def test_a_bulk_load_into_an_empty_archive_indexes_once_after_loading(
             assert connection.execute(oid).scalar_one() != before
 
 
+def test_a_bulk_load_builds_the_terms_index_again_with_its_own_settings(
+    pg_archive: tuple[ChatArchive, str],
+) -> None:
+    """An operator's settings of the search terms' index (fastupdate off, for
+    appends of even speed) outlive a bulk load into an empty archive, which
+    builds the index again."""
+    archive, _ = pg_archive
+    options = text("SELECT reloptions FROM pg_class WHERE oid = to_regclass('ix_message_terms_terms')")
+    with archive.engine.begin() as connection:
+        connection.execute(text("ALTER INDEX ix_message_terms_terms SET (fastupdate = off)"))
+    loaded = {"chat_id": "loaded", "messages": [{"role": "user", "content": "zanzibar marmalade"}]}
+    archive.save_many([*generate_chats(5, 4, seed=2), loaded], bulk=True)
+    with archive.engine.connect() as connection:
+        assert connection.execute(options).scalar_one() == ["fastupdate=off"]
+    assert [hit.chat_id for hit in archive.search("marmalade")] == ["loaded"]
+
+
 def test_a_bulk_load_with_deferred_indexing_leaves_the_chats_marked(archive: ChatArchive) -> None:
     archive.configure_search(indexing="deferred")
     archive.save_many([{"chat_id": "loaded", "messages": [{"role": "user", "content": "条带"}]}], bulk=True)

@@ -78,6 +78,7 @@ from .copy import (
     _CITUS_LOADED,
     _FOREIGN_KEYS,
     _HAS_CITUS,
+    _INDEX_DEFINITION,
     _ROW_SECURITY,
     _SECONDARY_INDEXES,
     _AsyncCopyWriter,
@@ -333,9 +334,10 @@ class PostgreSQL(Backend):
         for _, name, definition in indexes:
             executor.execute(text(f'DROP INDEX "{name}"'))
             load.restore.append(definition)
-        if not terms_index:
+        if not terms_index:  # built again as it is defined, with an operator's settings (fastupdate...)
+            definition = executor.execute(_INDEX_DEFINITION, {"index": _TERMS_INDEX}).scalar_one()
             executor.execute(text(f"DROP INDEX {_TERMS_INDEX}"))
-            load.restore.append(f"CREATE INDEX {_TERMS_INDEX} ON {SEARCH_TERMS} USING gin (terms)")
+            load.restore.append(definition)
         # Indexes first, then the keys, which PostgreSQL checks in one pass each.
         load.restore += [
             f'ALTER TABLE {table_name} ADD CONSTRAINT "{name}" {definition}'

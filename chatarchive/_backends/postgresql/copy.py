@@ -158,6 +158,7 @@ _FOREIGN_KEYS = text(
     "WHERE contype = 'f' AND conrelid::regclass::text = ANY(:tables) "
     "ORDER BY conrelid::regclass::text, conname"
 )
+_INDEX_DEFINITION = text("SELECT pg_get_indexdef(CAST(:index AS regclass))")
 _SECONDARY_INDEXES = text(
     "SELECT t.relname, i.relname, pg_get_indexdef(i.oid) FROM pg_index x "
     "JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid "
