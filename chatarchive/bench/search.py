@@ -168,7 +168,7 @@ def _append_tail(archive: ChatArchive, samples: int, progress: Progress) -> dict
         figures[f"append_{mode}_p99_ms"] = _quantile(timings, 0.99)
         figures[f"append_{mode}_p999_ms"] = _quantile(timings, 0.999)
         figures[f"append_{mode}_max_ms"] = max(timings)
-        slow = 20 * statistics.median(timings)
+        slow = 20 * _median(timings)
         figures[f"append_{mode}_over_20x_median"] = sum(timing > slow for timing in timings)
         archive.delete(chat_id)
     return figures
