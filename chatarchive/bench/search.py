@@ -90,8 +90,9 @@ def measure_search(
     figures: dict[str, float | None] = {}
     before = archive.search_settings()
     try:
-        figures |= _appends(archive, engine, samples, progress)
-        figures |= _append_tail(archive, 10 * samples, progress)
+        turns = _turns()
+        figures |= _appends(archive, engine, turns, samples, progress)
+        figures |= _append_tail(archive, turns, 10 * samples, progress)
         figures |= _lag(archive, engine, progress)
         figures |= _at_scale(archive, engine, scale, progress)
     finally:
@@ -102,9 +103,8 @@ def measure_search(
 
 
 def _appends(
-    archive: ChatArchive, engine: Engine, samples: int, progress: Progress
+    archive: ChatArchive, engine: Engine, turns: list[dict[str, object]], samples: int, progress: Progress
 ) -> dict[str, float | None]:
-    turns = _turns()
     for mode in ("sync", "deferred"):
         archive.save({"chat_id": f"bench-append-{mode}", "messages": turns[:1000]})
     appended = turns[1000 : 1000 + samples + 20]
@@ -149,10 +149,11 @@ def _appends(
     return figures
 
 
-def _append_tail(archive: ChatArchive, samples: int, progress: Progress) -> dict[str, float | None]:
+def _append_tail(
+    archive: ChatArchive, turns: list[dict[str, object]], samples: int, progress: Progress
+) -> dict[str, float | None]:
     """``samples`` appends of the workload's turns with each indexing, one
     message each, to a chat of 1,000 messages: the rare slow ones."""
-    turns = _turns()
     figures: dict[str, float | None] = {}
     for mode in ("sync", "deferred"):
         archive.configure_search(indexing=mode)
