@@ -400,6 +400,54 @@ def test_a_read_on_a_connection_the_server_dropped_is_retried(
         assert read() == expected
 
 
+def _stuck_in_pipeline_mode(connection: Any) -> None:
+    """Leave the psycopg connection under ``connection`` as psycopg leaves it
+    when the server ends the session while an ``executemany``'s pipeline
+    exits: in pipeline mode, with a command in flight."""
+    pgconn = connection.connection.driver_connection.pgconn
+    pgconn.enter_pipeline_mode()
+    pgconn.send_query_params(b"SELECT 1", None)
+    pgconn.flush()
+
+
+def test_a_write_on_a_connection_stuck_in_pipeline_mode_fails_as_a_lost_connection(
+    pg_archive: tuple[ChatArchive, str],
+) -> None:
+    archive, _ = pg_archive
+    archive.save(tool_chat("kept"))
+
+    def write_on_a_stuck_connection() -> None:
+        with database_errors(), archive.engine.begin() as connection:
+            connection.execute(text("SELECT 1"))
+            _stuck_in_pipeline_mode(connection)
+            connection.execute(text("DELETE FROM chats"))
+
+    with pytest.raises(DatabaseError, match="database connection lost") as raised:
+        write_on_a_stuck_connection()
+    assert isinstance(raised.value.__cause__, sa_exc.DBAPIError)
+    assert raised.value.__cause__.connection_invalidated  # the pool dropped it
+    archive.append("kept", [{"role": "user", "content": "the next call works"}])
+    assert len(archive.get("kept").messages) == 6
+
+
+def test_the_pool_never_hands_out_a_connection_stuck_in_pipeline_mode(
+    pg_archive: tuple[ChatArchive, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive, _ = pg_archive
+    archive.save(tool_chat("kept"))
+    # Never ping at checkout: the call must meet the connection as the pool holds it.
+    monkeypatch.setattr("chatarchive._backends.postgresql.engine.PING_AFTER_IDLE", float("inf"))
+    with archive.engine.connect() as connection:
+        driver: Any = connection.connection.driver_connection
+        driver.pgconn.enter_pipeline_mode()
+    # On such a connection a prepared read would wait forever for its result.
+    found: list[str] = []
+    reading = threading.Thread(target=lambda: found.append(archive.get("kept").chat_id), daemon=True)
+    reading.start()
+    reading.join(timeout=10)
+    assert found == ["kept"]
+
+
 def test_one_async_archive_serves_event_loops_one_after_another_and_side_by_side(
     empty_database: URL,
 ) -> None:

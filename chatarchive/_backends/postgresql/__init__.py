@@ -90,6 +90,7 @@ from .documents import _documents_query, _json_row
 from .engine import (
     PING_AFTER_IDLE,
     _fetch_all,
+    _lost_connections,
     _ping_idle_connections,
     _prepared,
     _quoted,
@@ -172,6 +173,7 @@ class PostgreSQL(Backend):
     def set_up(self, engine: Engine, url: URL, options: Mapping[str, Any]) -> None:
         _require_utf8(engine)
         _session_settings(engine)
+        _lost_connections(engine)
         if not options.get("pool_pre_ping"):
             _ping_idle_connections(engine)
 

@@ -1,6 +1,6 @@
-"""Engines and connections on PostgreSQL: UTF-8 checked, session settings, idle connections pinged, and
-statements sent through psycopg directly where SQLAlchemy's per-statement work would cost as much as the
-server's.
+"""Engines and connections on PostgreSQL: UTF-8 checked, session settings, idle connections pinged, lost
+connections recognized, and statements sent through psycopg directly where SQLAlchemy's per-statement work
+would cost as much as the server's.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, cast
 import psycopg
 from sqlalchemy import URL, Connection, Engine, event
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import AdaptedConnection, Dialect
+from sqlalchemy.engine import AdaptedConnection, Dialect, ExceptionContext
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.sql.elements import TextClause
 
@@ -101,6 +101,61 @@ def _ping_idle_connections(engine: Engine) -> None:
             raise DisconnectionError(f"stale connection: {exc}") from exc
 
 
+#: The SQLSTATE class of the errors with which the server ends a session:
+#: shut down (57P01), crashed (57P02), its database dropped (57P04), idle for
+#: too long (57P05).
+_SESSION_ENDED = "57P"
+
+
+def _in_pipeline_mode(driver: Any) -> bool:
+    """Whether psycopg's connection is still in pipeline mode. The archive
+    opens no pipeline of its own: psycopg leaves the pipeline of an
+    ``executemany`` before its error surfaces. When the server ends the
+    session while that pipeline exits, psycopg reports only "cannot exit
+    pipeline mode while busy" and leaves the connection in pipeline mode,
+    where a command either fails ("PQsendQuery not allowed in pipeline mode")
+    or, prepared, waits for a result that never comes."""
+    pgconn = getattr(driver, "pgconn", None)
+    return pgconn is not None and pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF
+
+
+def _lost(error: BaseException, connection: Connection) -> str | None:
+    """How ``error`` left ``connection`` unusable, beyond what SQLAlchemy's
+    dialect sees (a connection psycopg marked closed or broken): ``"session"``
+    if the server ended the session, which psycopg may report before it has
+    seen the socket close; ``"connection"`` if the connection is still in
+    pipeline mode (``_in_pipeline_mode``). None: still usable."""
+    sqlstate = getattr(error, "sqlstate", None)
+    if isinstance(sqlstate, str) and sqlstate.startswith(_SESSION_ENDED):
+        return "session"
+    if connection.closed or connection.invalidated:
+        return None
+    return "connection" if _in_pipeline_mode(connection.connection.driver_connection) else None
+
+
+def _lost_connections(engine: Engine) -> None:
+    """Tell SQLAlchemy of the lost connections ``_lost`` recognizes, so that
+    it drops them (a read is then retried on a new one, and the error says
+    the connection was lost): a connection stuck in pipeline mode alone, a
+    session the server ended with every pooled connection (a restart). And
+    never hand out a connection stuck in pipeline mode: the pool replaces it."""
+
+    @event.listens_for(engine, "handle_error")
+    def _recognize(context: ExceptionContext) -> None:
+        if context.is_disconnect or context.connection is None or context.original_exception is None:
+            return
+        how = _lost(context.original_exception, context.connection)
+        if how is not None:
+            context.is_disconnect = True
+            context.invalidate_pool_on_disconnect = how == "session"
+
+    @event.listens_for(engine, "checkout")
+    def _usable(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+        if _in_pipeline_mode(getattr(dbapi_connection, "driver_connection", dbapi_connection)):
+            # The pool discards this connection and checks out another one.
+            raise DisconnectionError("connection left in pipeline mode")
+
+
 # -- the driver --------------------------------------------------------------------------------
 
 
@@ -118,6 +173,7 @@ def driver_call(connection: Connection, statement: str, params: Any = None) -> I
     except psycopg.Error as exc:
         proxied = connection.connection
         lost = connection.dialect.is_disconnect(cast(Any, exc), proxied.dbapi_connection, None)
+        lost = lost or _lost(exc, connection) is not None
         if lost:
             connection.invalidate(exc)
         raise DBAPIError.instance(
