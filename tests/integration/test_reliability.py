@@ -448,6 +448,24 @@ def test_the_pool_never_hands_out_a_connection_stuck_in_pipeline_mode(
     assert found == ["kept"]
 
 
+def test_the_async_pool_never_hands_out_a_connection_stuck_in_pipeline_mode(
+    pg_archive: tuple[ChatArchive, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive, url = pg_archive
+    archive.save(tool_chat("kept"))
+    monkeypatch.setattr("chatarchive._backends.postgresql.engine.PING_AFTER_IDLE", float("inf"))
+
+    async def read_after_a_stuck_connection() -> str:
+        async with AsyncChatArchive(url) as shared:
+            await shared.get("kept")  # the pool now holds a connection
+            async with shared.engine.connect() as connection:
+                driver: Any = (await connection.get_raw_connection()).driver_connection
+                driver.pgconn.enter_pipeline_mode()
+            return (await asyncio.wait_for(shared.get("kept"), timeout=10)).chat_id
+
+    assert asyncio.run(read_after_a_stuck_connection()) == "kept"
+
+
 def test_one_async_archive_serves_event_loops_one_after_another_and_side_by_side(
     empty_database: URL,
 ) -> None:
