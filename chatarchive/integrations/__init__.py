@@ -1,3 +1,11 @@
 """Storage for agent frameworks: each module is one framework's history store,
 kept in chatarchive's rows, behind an optional extra (``pip install
 'chatarchive[langchain]'``)."""
+
+
+def extra_missing(integration: str, framework: str, extra: str) -> ImportError:
+    """The error an integration raises when its framework cannot be imported:
+    what it needs, and the extra that installs it."""
+    return ImportError(
+        f"chatarchive.integrations.{integration} needs {framework}: pip install 'chatarchive[{extra}]'"
+    )

@@ -27,8 +27,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.chat_history import BaseChatMessageHistory
-from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
+from . import extra_missing
+
+try:
+    from langchain_core.chat_history import BaseChatMessageHistory
+    from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
+except ImportError as exc:  # the extra is missing
+    raise extra_missing("langchain", "LangChain (langchain-core)", "langchain") from exc
 
 from chatarchive._api import AsyncChatArchive, ChatArchive
 from chatarchive._document import Message

@@ -50,19 +50,24 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, cast
 
-from langchain_core.messages import BaseMessage
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    WRITES_IDX_MAP,
-    BaseCheckpointSaver,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-    get_checkpoint_id,
-    get_checkpoint_metadata,
-)
-from langgraph.checkpoint.serde.base import SerializerProtocol
+from . import extra_missing
+
+try:
+    from langchain_core.messages import BaseMessage
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        get_checkpoint_id,
+        get_checkpoint_metadata,
+    )
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+except ImportError as exc:  # the extra is missing
+    raise extra_missing("langgraph", "LangGraph (langgraph, langgraph-checkpoint)", "langgraph") from exc
 
 from chatarchive._api import AsyncChatArchive, ChatArchive
 from chatarchive._repository import checkpoints

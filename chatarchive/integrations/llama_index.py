@@ -32,8 +32,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from llama_index.core.llms import ChatMessage
-from llama_index.core.storage.chat_store.base import BaseChatStore
+from . import extra_missing
+
+try:
+    from llama_index.core.llms import ChatMessage
+    from llama_index.core.storage.chat_store.base import BaseChatStore
+except ImportError as exc:  # the extra is missing
+    raise extra_missing("llama_index", "LlamaIndex (llama-index-core)", "llama-index") from exc
 from pydantic import PrivateAttr
 
 from chatarchive._api import AsyncChatArchive, ChatArchive

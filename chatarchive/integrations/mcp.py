@@ -35,13 +35,13 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
+from . import extra_missing
+
 try:
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ResourceError, ToolError
-except ImportError as exc:  # pragma: no cover - the extra is missing
-    raise ImportError(
-        "chatarchive's MCP server needs the mcp package: pip install 'chatarchive[mcp]'"
-    ) from exc
+except ImportError as exc:  # the extra is missing
+    raise extra_missing("mcp", "the MCP SDK (mcp)", "mcp") from exc
 
 from chatarchive._api import AsyncChatArchive
 from chatarchive._document import ChatFilter

@@ -58,11 +58,16 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from agents.items import TResponseInputItem
-from agents.memory import SessionABC, SessionSettings
-from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
-from agents.result import RunResultBase
-from agents.usage import Usage
+from . import extra_missing
+
+try:
+    from agents.items import TResponseInputItem
+    from agents.memory import SessionABC, SessionSettings
+    from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
+    from agents.result import RunResultBase
+    from agents.usage import Usage
+except ImportError as exc:  # the extra is missing
+    raise extra_missing("openai_agents", "the OpenAI Agents SDK (openai-agents)", "openai-agents") from exc
 from pydantic import TypeAdapter
 
 from chatarchive._api import AsyncChatArchive, ChatArchive

@@ -28,8 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from presidio_analyzer import AnalyzerEngine
-from presidio_analyzer.nlp_engine import NoOpNlpEngine
+from . import extra_missing
+
+try:
+    from presidio_analyzer import AnalyzerEngine
+    from presidio_analyzer.nlp_engine import NoOpNlpEngine
+except ImportError as exc:  # the extra is missing
+    raise extra_missing("presidio", "Microsoft Presidio (presidio-analyzer)", "presidio") from exc
 
 from chatarchive.redaction import Finding, Redactor
 

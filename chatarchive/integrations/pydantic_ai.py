@@ -27,7 +27,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from . import extra_missing
+
+try:
+    from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+except ImportError as exc:  # the extra is missing
+    raise extra_missing("pydantic_ai", "Pydantic AI (pydantic-ai-slim)", "pydantic-ai") from exc
 
 from chatarchive._api import AsyncChatArchive, ChatArchive
 from chatarchive._document import ChatDocument

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from importlib import metadata
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -57,3 +58,31 @@ def test_every_module_outside_the_integrations_imports_only_declared_dependencie
     owners = metadata.packages_distributions()
     used = {canonicalize_name(dist) for module in imported for dist in owners.get(module, [])}
     assert used - _declared("chatarchive") - {"chatarchive"} == set()
+
+
+#: Each integration, the extra that installs its framework, and the framework's modules.
+_INTEGRATIONS = {
+    "langchain": ("langchain", ["langchain_core"]),
+    "openai_agents": ("openai-agents", ["agents"]),
+    "pydantic_ai": ("pydantic-ai", ["pydantic_ai"]),
+    "llama_index": ("llama-index", ["llama_index"]),
+    "langgraph": ("langgraph", ["langgraph"]),
+    "mcp": ("mcp", ["mcp"]),
+    "presidio": ("presidio", ["presidio_analyzer"]),
+}
+
+
+@pytest.mark.parametrize("integration", sorted(_INTEGRATIONS))
+def test_an_integration_without_its_framework_says_which_extra_to_install(integration: str) -> None:
+    extra, modules = _INTEGRATIONS[integration]
+    # A module set to None in sys.modules cannot be imported: as if it were not installed.
+    hidden = "; ".join(f"sys.modules[{module!r}] = None" for module in modules)
+    imported = subprocess.run(
+        [sys.executable, "-c", f"import sys; {hidden}; import chatarchive.integrations.{integration}"],
+        capture_output=True,
+        text=True,
+    )
+    assert imported.returncode == 1
+    last = imported.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"ImportError: chatarchive.integrations.{integration} needs ")
+    assert last.endswith(f"pip install 'chatarchive[{extra}]'")
