@@ -33,7 +33,7 @@ try:
     from langchain_core.chat_history import BaseChatMessageHistory
     from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
 except ImportError as exc:  # the extra is missing
-    raise extra_missing("langchain", "LangChain (langchain-core)", "langchain") from exc
+    raise extra_missing(__name__, "LangChain (langchain-core)", "langchain") from exc
 
 from chatarchive._api import AsyncChatArchive, ChatArchive
 from chatarchive._document import Message

@@ -67,7 +67,7 @@ try:
     )
     from langgraph.checkpoint.serde.base import SerializerProtocol
 except ImportError as exc:  # the extra is missing
-    raise extra_missing("langgraph", "LangGraph (langgraph, langgraph-checkpoint)", "langgraph") from exc
+    raise extra_missing(__name__, "LangGraph (langgraph, langgraph-checkpoint)", "langgraph") from exc
 
 from chatarchive._api import AsyncChatArchive, ChatArchive
 from chatarchive._repository import checkpoints

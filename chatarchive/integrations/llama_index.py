@@ -38,7 +38,7 @@ try:
     from llama_index.core.llms import ChatMessage
     from llama_index.core.storage.chat_store.base import BaseChatStore
 except ImportError as exc:  # the extra is missing
-    raise extra_missing("llama_index", "LlamaIndex (llama-index-core)", "llama-index") from exc
+    raise extra_missing(__name__, "LlamaIndex (llama-index-core)", "llama-index") from exc
 from pydantic import PrivateAttr
 
 from chatarchive._api import AsyncChatArchive, ChatArchive

@@ -41,7 +41,7 @@ try:
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 except ImportError as exc:  # the extra is missing
-    raise extra_missing("mcp", "the MCP SDK (mcp)", "mcp") from exc
+    raise extra_missing(__name__, "the MCP SDK (mcp)", "mcp") from exc
 
 from chatarchive._api import AsyncChatArchive
 from chatarchive._document import ChatFilter

@@ -67,7 +67,7 @@ try:
     from agents.result import RunResultBase
     from agents.usage import Usage
 except ImportError as exc:  # the extra is missing
-    raise extra_missing("openai_agents", "the OpenAI Agents SDK (openai-agents)", "openai-agents") from exc
+    raise extra_missing(__name__, "the OpenAI Agents SDK (openai-agents)", "openai-agents") from exc
 from pydantic import TypeAdapter
 
 from chatarchive._api import AsyncChatArchive, ChatArchive

@@ -34,7 +34,7 @@ try:
     from presidio_analyzer import AnalyzerEngine
     from presidio_analyzer.nlp_engine import NoOpNlpEngine
 except ImportError as exc:  # the extra is missing
-    raise extra_missing("presidio", "Microsoft Presidio (presidio-analyzer)", "presidio") from exc
+    raise extra_missing(__name__, "Microsoft Presidio (presidio-analyzer)", "presidio") from exc
 
 from chatarchive.redaction import Finding, Redactor
 

@@ -32,7 +32,7 @@ from . import extra_missing
 try:
     from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 except ImportError as exc:  # the extra is missing
-    raise extra_missing("pydantic_ai", "Pydantic AI (pydantic-ai-slim)", "pydantic-ai") from exc
+    raise extra_missing(__name__, "Pydantic AI (pydantic-ai-slim)", "pydantic-ai") from exc
 
 from chatarchive._api import AsyncChatArchive, ChatArchive
 from chatarchive._document import ChatDocument
