@@ -15,6 +15,7 @@ skipped with the reason shown (an error under ``$CI``, which starts it).
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -80,8 +81,7 @@ def throwaway_database(dialect: str, directory: Path, pg_options: str = "") -> I
     try:
         yield server.set(database=name)
     finally:
-        with psycopg.connect(libpq(server), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(server, name)
 
 
 DEFAULT_CITUS_URL = "postgresql://postgres@127.0.0.1:5433/postgres"
@@ -142,8 +142,28 @@ def citus_database() -> Iterator[URL]:
         yield coordinator.set(database=name)
     finally:
         for node in nodes:
-            with psycopg.connect(libpq(node), autocommit=True) as admin:
+            drop_database(node, name)
+
+
+#: How often a drop is tried while another session still uses the database.
+_DROP_ATTEMPTS = 10
+
+
+def drop_database(server: URL, name: str) -> None:
+    """Drop database ``name`` of ``server``, ending its sessions. Tried again
+    while a session still holds it: ``WITH (FORCE)`` ends the sessions it
+    finds, but on Citus a backend it ends can start the database's
+    maintenance daemon again meanwhile (citusdata/citus#4897), and the drop
+    then fails with "being accessed by other users"."""
+    for attempt in range(_DROP_ATTEMPTS):
+        try:
+            with psycopg.connect(libpq(server), autocommit=True) as admin:
                 admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            return
+        except psycopg.errors.ObjectInUse:
+            if attempt == _DROP_ATTEMPTS - 1:
+                raise
+            time.sleep(0.5)
 
 
 #: Shards per table of the tests' distributed archives: few, so that
