@@ -285,6 +285,7 @@ def configure_search(
     cjk: str | None = None,
     indexing: str | None = None,
     embedder: Embedder | str | Literal[False] | None = None,
+    vector_scan: int | Literal[False] | None = None,
 ) -> Plan[SearchSettings]:
     """Change the archive's search settings (each one given); returns them.
 
@@ -307,13 +308,22 @@ def configure_search(
     that writes or searches needs the embedder too (``register_embedder``,
     or the entry point).
 
+    ``vector_scan`` (1 to 1,000) is how many candidates a search by meaning
+    keeps as it scans the HNSW index on PostgreSQL (pgvector's
+    ``hnsw.ef_search``; a role's own larger setting wins); ``False`` goes back
+    to the default, four times the candidates a search ranks (400). A model
+    whose vectors the index finds easily keeps its recall with a narrower,
+    faster scan: ``chatarchive bench --search N --embedder NAME`` measures
+    both. It needs no indexing again.
+
     A new language, CJK splitting or embedder indexes every message again,
     as turning search on does: at once, in this transaction, with ``sync``
     indexing; with ``deferred``, by ``index_pending``. Going from
     ``deferred`` to ``sync`` indexes the chats still marked.
 
     Raises:
-        InvalidArgument: an unknown language or mode, or an embedder that is none.
+        InvalidArgument: an unknown language or mode, an embedder that is
+            none, or a ``vector_scan`` out of its range.
         NotSupported: an embedder on a PostgreSQL server without pgvector.
         EmbedderError: no embedder of that name, or it failed.
     """
@@ -321,8 +331,17 @@ def configure_search(
     for name, value in (("language", language), ("cjk", cjk), ("indexing", indexing)):
         if value is not None and not isinstance(value, str):
             raise InvalidArgument(f"{name} must be a string, not {type(value).__name__}", argument=name)
+    if vector_scan is not None and vector_scan is not False:
+        SearchSettings(vector_scan=vector_scan)  # checked before anything is read
     chosen = _embedder(embedder)
-    configure = partial(searching.configure, language=language, cjk=cjk, indexing=indexing, embedder=chosen)
+    configure = partial(
+        searching.configure,
+        language=language,
+        cjk=cjk,
+        indexing=indexing,
+        embedder=chosen,
+        vector_scan=vector_scan,
+    )
     changed: SearchSettings = yield Connected(_on_unit(face, configure), transaction=True)
     return changed
 

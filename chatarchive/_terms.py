@@ -71,6 +71,7 @@ __all__ = [
     "INDEXING_MODES",
     "LANGUAGES",
     "MAX_TERMS",
+    "MOST_VECTOR_SCAN",
     "TERMS_IN_C",
     "Indexing",
     "Phrase",
@@ -101,6 +102,8 @@ MAX_TERMS = 16_383
 #: A word longer than this many characters (a hash, a base64 blob) is not a
 #: term: PostgreSQL refuses terms of more than 2 kB.
 MAX_TERM_CHARACTERS = 128
+#: The widest scan of an HNSW index (pgvector's largest ``hnsw.ef_search``).
+MOST_VECTOR_SCAN = 1000
 #: A term's positions counted for ranking (PostgreSQL keeps 256 per term).
 _MAX_POSITIONS = 256
 #: How many words' stems a tokenizer keeps at most (then it starts again).
@@ -140,6 +143,13 @@ class SearchSettings:
         embedder: the name of the model whose vectors of each message the
             archive keeps for search by meaning (``None``: none), written by
             the same ``indexing``; ``dimension``: how many numbers they have.
+        vector_scan: how many candidates a search by meaning keeps as it
+            scans the vectors' HNSW index on PostgreSQL (pgvector's
+            ``hnsw.ef_search``, 1 to ``MOST_VECTOR_SCAN``); ``None``: four
+            times the candidates the search ranks (400). A narrower scan is
+            faster and finds fewer of the exact nearest vectors; how many it
+            finds depends on the model's vectors (``chatarchive bench --search``
+            measures it). SQLite compares every vector: there it changes nothing.
     """
 
     language: str = "english"
@@ -147,8 +157,17 @@ class SearchSettings:
     indexing: Indexing = "sync"
     embedder: str | None = None
     dimension: int | None = None
+    vector_scan: int | None = None
 
     def __post_init__(self) -> None:
+        if self.vector_scan is not None and (
+            type(self.vector_scan) is not int or not 1 <= self.vector_scan <= MOST_VECTOR_SCAN
+        ):
+            raise InvalidArgument(
+                f"vector_scan must be a whole number from 1 to {MOST_VECTOR_SCAN:,}, "
+                f"not {self.vector_scan!r}",
+                argument="vector_scan",
+            )
         for name, value, allowed in (
             ("language", self.language, LANGUAGES),
             ("cjk", self.cjk, CJK_MODES),

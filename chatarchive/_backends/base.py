@@ -311,10 +311,12 @@ class Backend(ABC):
         filters: SearchFilters,
         *,
         candidates: int,
+        scan: int | None = None,
     ) -> Sequence[Any]:
         """Up to ``candidates`` messages whose ``embedder`` vectors are nearest
         to ``vector`` by cosine distance, nearest first (``typed_nearest``'s
-        columns)."""
+        columns); an index that finds them approximately keeps ``scan``
+        candidates as it goes (``SearchSettings.vector_scan``)."""
 
     # -- archive-wide switches -------------------------------------------------------------
 

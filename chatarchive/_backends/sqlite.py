@@ -256,8 +256,10 @@ class SQLite(Backend):
         filters: SearchFilters,
         *,
         candidates: int,
+        scan: int | None = None,
     ) -> Sequence[Any]:
-        # Every vector of the messages the filters select is compared: exact, in one scan.
+        # Every vector of the messages the filters select is compared: exact, in one scan
+        # (no index, so no scan breadth).
         where, params = filters.sql()
         params |= {"embedder": embedder.name, "vector": pack(vector)}
         return executor.execute(typed_nearest(_nearest_statement(where, candidates), params), params).all()

@@ -75,6 +75,7 @@ _SETTING_NAMES = {
     "indexing": "search_indexing",
     "embedder": "search_embedder",
     "dimension": "search_dimension",
+    "vector_scan": "search_vector_scan",
 }
 SETTING_FIELDS = tuple(_SETTING_NAMES)
 
@@ -116,8 +117,9 @@ def _settings_of(values: tuple[str | None, ...]) -> SearchSettings:
     given: dict[str, Any] = {
         field: value for field, value in zip(SETTING_FIELDS, values, strict=True) if value is not None
     }
-    if "dimension" in given:
-        given["dimension"] = int(given["dimension"])
+    for number in ("dimension", "vector_scan"):
+        if number in given:
+            given[number] = int(given[number])
     return SearchSettings(**given)
 
 
@@ -466,11 +468,14 @@ def configure(
     **changes: Any,
 ) -> SearchSettings:
     """Change the archive's search settings (``embedder``: a model to keep
-    vectors of, ``False``: none). A change of language or CJK splitting, of
-    the embedder, turning search on, or ``rebuild`` indexes every chat again:
-    at once with ``sync`` indexing, by ``index_pending`` with ``deferred``."""
+    vectors of, ``False``: none; ``vector_scan=False``: the default scan). A
+    change of language or CJK splitting, of the embedder, turning search on,
+    or ``rebuild`` indexes every chat again: at once with ``sync`` indexing,
+    by ``index_pending`` with ``deferred``."""
     before = settings(unit)
     given = {name: value for name, value in changes.items() if value is not None}
+    if given.get("vector_scan") is False:
+        given["vector_scan"] = None
     if embedder is False:
         given |= {"embedder": None, "dimension": None}
     elif embedder is not None:
@@ -562,7 +567,9 @@ def search(
     by_meaning: list[tuple[float, Any, StoredTerms | None]] = []
     if embedder is not None:
         vector = embedder.vectors([query])[0]
-        nearest = unit.backend.nearest(unit.executor, embedder, vector, filters, candidates=candidates)
+        nearest = unit.backend.nearest(
+            unit.executor, embedder, vector, filters, candidates=candidates, scan=current.vector_scan
+        )
         # A message of nothing in common with the query (cosine similarity 0 or less, or none) is no hit.
         by_meaning = [
             (1.0 - row.distance, row, None)

@@ -32,6 +32,7 @@ from chatarchive._api import AsyncChatArchive, ChatArchive
 from chatarchive._backends import backend_of
 from chatarchive._backends.postgresql import bare_connection, copy_prepared, copy_values
 from chatarchive._document import ChatDocument, ChatFilter
+from chatarchive._embeddings import Embedder
 from chatarchive._engine import create_engine, database_url
 from chatarchive._repository.searching import texts_of
 from chatarchive._rows import ChatRows, document_to_rows
@@ -79,6 +80,8 @@ class BenchReport:
     tool_calls: int
     runs: int
     figures: dict[str, float | None] = field(default_factory=dict)
+    #: The embedder of ``--search``'s vectors when one was given (``None``: the bench's own).
+    search_embedder: str | None = None
 
     def ratio(self, numerator: str, denominator: str) -> float | None:
         top, bottom = self.figures.get(numerator), self.figures.get(denominator)
@@ -241,6 +244,7 @@ class BenchReport:
             "messages": self.messages,
             "tool_calls": self.tool_calls,
             "runs": self.runs,
+            **({} if self.search_embedder is None else {"search_embedder": self.search_embedder}),
             "figures": self.figures,
             "ratios": self.ratios(),
         }
@@ -259,6 +263,8 @@ def run_bench(
     import_memory: float = 0,
     frameworks: int = 0,
     search: int = 0,
+    embedder: Embedder | None = None,
+    vector_scan: int | None = None,
     citus: str | URL | None = None,
     attachments: bool = False,
     keys: bool = False,
@@ -284,6 +290,8 @@ def run_bench(
                 import_memory=import_memory,
                 frameworks=frameworks,
                 search=search,
+                embedder=embedder,
+                vector_scan=vector_scan,
                 citus=None if citus is None else database_url(citus),
                 attachments=attachments,
                 keys=keys,
@@ -400,6 +408,8 @@ class _Bench:
         import_memory: float = 0,
         frameworks: int = 0,
         search: int = 0,
+        embedder: Embedder | None = None,
+        vector_scan: int | None = None,
         citus: URL | None = None,
         attachments: bool = False,
         keys: bool = False,
@@ -441,7 +451,14 @@ class _Bench:
                 )
             if search and self.postgres:  # last: it leaves its own workload behind
                 self.figures.update(
-                    measure_search(self.archive, self.engine, scale=search, progress=self.progress)
+                    measure_search(
+                        self.archive,
+                        self.engine,
+                        scale=search,
+                        progress=self.progress,
+                        embedder=embedder,
+                        vector_scan=vector_scan,
+                    )
                 )
         finally:
             self._drop_references()
@@ -452,6 +469,7 @@ class _Bench:
             tool_calls=tool_calls,
             runs=self.runs,
             figures=self.figures,
+            search_embedder=None if embedder is None else embedder.name,
         )
 
     # -- ingest ------------------------------------------------------------------

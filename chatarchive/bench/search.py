@@ -18,7 +18,8 @@ PostgreSQL only (the figures compare against what the server itself does):
   (catch-up), search latency (p50, p95) for common and for rare words, and the
   size of the terms and their index;
 - with pgvector on the server, the same with each message's vector of 384
-  numbers by a synthetic embedder (``synthetic_embedder``): the catch-up
+  numbers by a synthetic embedder (``synthetic_embedder``), or by the
+  embedder ``--embedder`` names, with its dimension: the catch-up
   writes terms and vectors, the HNSW index is built after the load (vectors a
   second), search by meaning and hybrid search are timed as keyword search
   is (the index read into the server's memory first when ``pg_prewarm`` is
@@ -44,6 +45,7 @@ from sqlalchemy import Connection, Engine, text
 from chatarchive._api import ChatArchive
 from chatarchive._backends.postgresql import bare_connection
 from chatarchive._backends.postgresql.search import (
+    EF_SEARCH_PER_CANDIDATE,
     _hnsw_scans,
     _nearest_statement,
     index_vectors,
@@ -84,9 +86,19 @@ def _quantile(values: Sequence[float], share: float) -> float:
 
 
 def measure_search(
-    archive: ChatArchive, engine: Engine, *, scale: int, progress: Progress, samples: int = 300
+    archive: ChatArchive,
+    engine: Engine,
+    *,
+    scale: int,
+    progress: Progress,
+    samples: int = 300,
+    embedder: Embedder | None = None,
+    vector_scan: int | None = None,
 ) -> dict[str, float | None]:
-    """The figures above; leaves the archive's settings as it found them."""
+    """The figures above; leaves the archive's settings as it found them.
+    ``embedder``: the vectors' model instead of ``synthetic_embedder``
+    (``bench --embedder``); ``vector_scan``: the archive's setting while it
+    searches (``bench --vector-scan``)."""
     figures: dict[str, float | None] = {}
     before = archive.search_settings()
     try:
@@ -94,9 +106,13 @@ def measure_search(
         figures |= _appends(archive, engine, turns, samples, progress)
         figures |= _append_tail(archive, turns, 10 * samples, progress)
         figures |= _lag(archive, engine, progress)
-        figures |= _at_scale(archive, engine, scale, progress)
+        figures |= _at_scale(archive, engine, scale, progress, embedder, vector_scan)
     finally:
-        archive.configure_search(indexing=before.indexing, embedder=before.embedder or False)
+        archive.configure_search(
+            indexing=before.indexing,
+            embedder=before.embedder or False,
+            vector_scan=before.vector_scan or False,
+        )
         with engine.begin() as connection:
             connection.execute(text(f"DROP TABLE IF EXISTS {_BARE}"))
     return figures
@@ -248,7 +264,12 @@ def _lag(
 
 
 def _at_scale(
-    archive: ChatArchive, engine: Engine, scale: int, progress: Progress
+    archive: ChatArchive,
+    engine: Engine,
+    scale: int,
+    progress: Progress,
+    given: Embedder | None,
+    vector_scan: int | None,
 ) -> dict[str, float | None]:
     per_chat = 20
     progress(f"search: generating {scale:,} messages", 0, 1)
@@ -257,9 +278,11 @@ def _at_scale(
     tables = [table.name for table in metadata.sorted_tables if table.name != "archive_settings"]
     with engine.begin() as connection:
         connection.execute(text(f"TRUNCATE {', '.join([*tables, SEARCH_TERMS])}"))
-        vectors = _has_pgvector(connection)
-    embedder = synthetic_embedder() if vectors else None
-    archive.configure_search(indexing="deferred", embedder=embedder or False)
+        vectors = given is not None or _has_pgvector(connection)
+    embedder = (given or synthetic_embedder()) if vectors else None
+    archive.configure_search(
+        indexing="deferred", embedder=embedder or False, vector_scan=vector_scan or False
+    )
     if embedder is not None:  # built after the load, and timed
         with engine.begin() as connection:
             index_vectors(connection, None, None)
@@ -295,7 +318,9 @@ def _at_scale(
     modes: tuple[SearchMode, ...] = ("keyword", "vector", "hybrid") if vectors else ("keyword",)
     figures |= _search_times(archive, modes, "", messages, progress)
     if embedder is not None:
-        figures |= _recall(engine, embedder, progress)
+        figures["scale_vector_dimension"] = float(embedder.dimension)
+        figures["scale_vector_scan"] = float(vector_scan or EF_SEARCH_PER_CANDIDATE * RANKED_CANDIDATES)
+        figures |= _recall(engine, embedder, progress, vector_scan)
         # The same with the wider scan an operator can set for the archive's role.
         database = engine.url.database
         with engine.begin() as connection:
@@ -303,7 +328,7 @@ def _at_scale(
         engine.dispose()  # connections made from now on have it
         try:
             figures |= _search_times(archive, ("vector", "hybrid"), "wide_", messages, progress)
-            figures |= _recall(engine, embedder, progress, label="wide_")
+            figures |= _recall(engine, embedder, progress, vector_scan, label="wide_")
         finally:
             with engine.begin() as connection:
                 connection.execute(text(f'ALTER DATABASE "{database}" RESET hnsw.ef_search'))
@@ -416,11 +441,12 @@ def _prewarm(connection: Connection, index: str) -> None:
 
 
 def _recall(
-    engine: Engine, embedder: Embedder, progress: Progress, *, label: str = ""
+    engine: Engine, embedder: Embedder, progress: Progress, vector_scan: int | None, *, label: str = ""
 ) -> dict[str, float | None]:
     """recall@10 of the HNSW index as a search scans it (``hnsw.ef_search``
-    as ``search`` sets it), against exact nearest neighbours of the stored
-    32-bit vectors (the index holds them in half precision)."""
+    as ``search`` sets it, with the archive's ``vector_scan``), against exact
+    nearest neighbours of the stored 32-bit vectors (the index holds them in
+    half precision)."""
     queries = [
         " ".join(message["content"].split()[:12])
         for doc in generate_chats(RECALL_QUERIES, 2, seed=11)
@@ -437,7 +463,7 @@ def _recall(
     for index, query in enumerate(queries):
         progress("search: recall of the HNSW index", index, len(queries))
         params = {"vector": vector_text(embedder.vectors([query])[0])}
-        with engine.connect() as connection, _hnsw_scans(connection, RANKED_CANDIDATES):
+        with engine.connect() as connection, _hnsw_scans(connection, RANKED_CANDIDATES, vector_scan):
             near = {tuple(row[:2]) for row in connection.execute(statement, params)}
         with engine.connect() as connection:  # every stored vector compared
             exact = {tuple(row[:2]) for row in connection.execute(every, params)}

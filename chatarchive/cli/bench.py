@@ -8,6 +8,9 @@ import click
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
+from chatarchive._embeddings import ENTRY_POINT_GROUP, embedder_named
+from chatarchive._terms import MOST_VECTOR_SCAN
+
 from .app import archive, ask_if_chats_are_lost, database_option, main
 from .rendering import stderr, stdout
 
@@ -61,6 +64,19 @@ __all__ = ["bench"]
     "deferred indexing, and search at MESSAGES messages (PostgreSQL).",
 )
 @click.option(
+    "--embedder",
+    metavar="NAME",
+    help="With --search: embed the messages with this embedder (an installed 'chatarchive.embedders' entry "
+    "point, or one registered in this process) instead of the bench's synthetic one, to measure search by "
+    "meaning and the index's recall on its vectors.",
+)
+@click.option(
+    "--vector-scan",
+    type=click.IntRange(min=1, max=MOST_VECTOR_SCAN),
+    metavar="N",
+    help="With --search: search with the archive's vector_scan set to N (see 'db search --vector-scan').",
+)
+@click.option(
     "--citus",
     metavar="URL",
     help="Also load and read the workload on an archive distributed over a Citus cluster: URL is an empty "
@@ -90,6 +106,8 @@ def bench(
     import_memory: float,
     frameworks: int,
     search: int,
+    embedder: str | None,
+    vector_scan: int | None,
     citus: str | None,
     attachments: bool,
     keys: bool,
@@ -100,6 +118,15 @@ def bench(
     Runs in a throwaway database created next to --db (dropped afterwards)
     unless --keep is given. Ratios compare figures measured in the same run.
     """
+    if (embedder or vector_scan) and not search:
+        raise click.UsageError("--embedder and --vector-scan apply to --search")
+    chosen = None if embedder is None else embedder_named(embedder)
+    if embedder is not None and chosen is None:
+        raise click.BadParameter(
+            f"no embedder named {embedder!r}: install a package that offers it as a "
+            f"{ENTRY_POINT_GROUP!r} entry point",
+            param_hint="--embedder",
+        )
     if keep and not yes:
         ask_if_chats_are_lost(archive(), "Delete the {chats} of {where} to run the benchmark in it?")
 
@@ -126,6 +153,8 @@ def bench(
             import_memory=import_memory,
             frameworks=frameworks,
             search=search,
+            embedder=chosen,
+            vector_scan=vector_scan,
             attachments=attachments,
             keys=keys,
             citus=citus,

@@ -13,7 +13,7 @@ import click
 from chatarchive._api import ChatArchive
 from chatarchive._backends.citus import DEFAULT_SHARD_COUNT, Distribution
 from chatarchive._migrations import render
-from chatarchive._terms import CJK_MODES, INDEXING_MODES, LANGUAGES, SearchSettings
+from chatarchive._terms import CJK_MODES, INDEXING_MODES, LANGUAGES, MOST_VECTOR_SCAN, SearchSettings
 
 from .app import CommandGroup, archive, ask_if_chats_are_lost, fail, main
 from .rendering import stderr
@@ -225,6 +225,21 @@ def db_attachments(state: str) -> None:
     _switch(state, target.set_attachments_stored_once, target.attachments_stored_once)
 
 
+def _vector_scan(
+    _context: click.Context, _param: click.Parameter, value: str | None
+) -> int | Literal[False] | None:
+    """``--vector-scan``: a number, or ``default`` (False: back to the default)."""
+    if value is None:
+        return None
+    if value == "default":
+        return False
+    if not value.isdigit() or not 1 <= int(value) <= MOST_VECTOR_SCAN:
+        raise click.BadParameter(
+            f"a whole number from 1 to {MOST_VECTOR_SCAN:,}, or 'default'; not {value!r}"
+        )
+    return int(value)
+
+
 @db.command("search")
 @_LANGUAGE
 @_CJK
@@ -235,7 +250,20 @@ def db_attachments(state: str) -> None:
     help="Keep each message's vector by this embedder (an installed 'chatarchive.embedders' entry point), "
     "for search by meaning; 'none' forgets the vectors.",
 )
-def db_search(language: str | None, cjk: str | None, indexing: str | None, embedder: str | None) -> None:
+@click.option(
+    "--vector-scan",
+    metavar="N|default",
+    callback=_vector_scan,
+    help="Candidates a search by meaning keeps as it scans the HNSW index (pgvector's hnsw.ef_search, "
+    "1 to 1000; default: four times those it ranks, 400). Fewer is faster and finds fewer of the nearest.",
+)
+def db_search(
+    language: str | None,
+    cjk: str | None,
+    indexing: str | None,
+    embedder: str | None,
+    vector_scan: int | Literal[False] | None,
+) -> None:
     """Show the archive's search configuration, or change it.
 
     A new language, CJK splitting or embedder, or indexing turned on, indexes
@@ -243,19 +271,21 @@ def db_search(language: str | None, cjk: str | None, indexing: str | None, embed
     'chatarchive db index' with deferred indexing.
     """
     target = archive()
-    if language or cjk or indexing or embedder:
+    if language or cjk or indexing or embedder or vector_scan is not None:
         chosen: str | Literal[False] | None = False if embedder == "none" else embedder
         _print_settings(
-            target.configure_search(language=language, cjk=cjk, indexing=indexing, embedder=chosen)
+            target.configure_search(
+                language=language, cjk=cjk, indexing=indexing, embedder=chosen, vector_scan=vector_scan
+            )
         )
     else:
         _print_settings(target.search_settings())
 
 
 def _print_settings(settings: SearchSettings) -> None:
-    for name in ("language", "cjk", "indexing", "embedder", "dimension"):
+    for name in ("language", "cjk", "indexing", "embedder", "dimension", "vector_scan"):
         value = getattr(settings, name)
-        click.echo(f"{name}\t{'none' if value is None else value}")
+        click.echo(f"{name}\t{('default' if name == 'vector_scan' else 'none') if value is None else value}")
 
 
 @db.command("index")

@@ -720,7 +720,10 @@ def test_stats_and_search(run: Run, tmp_path: Path) -> None:
 
 def test_search_configuration_and_deferred_indexing(run: Run, tmp_path: Path) -> None:
     settings = run("db", "upgrade", "--indexing", "deferred", "--language", "german").stdout
-    assert settings == "language\tgerman\ncjk\tbigram\nindexing\tdeferred\nembedder\tnone\ndimension\tnone\n"
+    assert settings == (
+        "language\tgerman\ncjk\tbigram\nindexing\tdeferred\nembedder\tnone\ndimension\tnone\n"
+        "vector_scan\tdefault\n"
+    )
     assert run("db", "search").stdout == settings
     chat = {
         "chat_id": "zh",
@@ -1100,6 +1103,11 @@ def test_search_by_meaning_from_the_command_line(run: Run, tmp_path: Path) -> No
     assert hybrid[0]["snippet"] == "A puppy and a «car»."
     tagged = json.loads(run("search", "car", "--mode", "vector", "--tag", "home", "--json").stdout)
     assert [hit["chat_id"] for hit in tagged] == ["garage"]
+    assert "vector_scan\t120\n" in run("db", "search", "--vector-scan", "120").stdout
+    assert json.loads(run("search", "car", "--mode", "vector", "--json").stdout) == found
+    assert "vector_scan\tdefault\n" in run("db", "search", "--vector-scan", "default").stdout
+    for wrong in ("0", "1001", "wide"):
+        assert "1 to 1,000, or 'default'" in run("db", "search", "--vector-scan", wrong, expect=2).stderr
     assert "embedder\tnone" in run("db", "search", "--embedder", "none").stdout
     assert "no embedder named 'missing'" in run("db", "search", "--embedder", "missing", expect=1).stderr
     run("search", "car", "--mode", "semantic", expect=2)

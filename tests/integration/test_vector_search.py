@@ -404,10 +404,51 @@ def test_the_hnsw_index_is_built_and_scanned_wide_enough_for_recall(
             assert connection.execute(setting).scalar_one() == "400"
         with _hnsw_scans(connection, 5000):
             assert connection.execute(setting).scalar_one() == "1000"
+        with _hnsw_scans(connection, 100, 60):  # the archive's vector_scan
+            assert connection.execute(setting).scalar_one() == "60"
         connection.execute(text("SET hnsw.ef_search = 700"))
         with _hnsw_scans(connection, 100):
             assert connection.execute(setting).scalar_one() == "700"
+        with _hnsw_scans(connection, 100, 60):
+            assert connection.execute(setting).scalar_one() == "700"
         assert connection.execute(setting).scalar_one() == "700"
+
+
+def test_the_scan_of_the_vectors_index_is_a_setting_of_the_archive(embedded: ChatArchive) -> None:
+    """``vector_scan`` is kept with the other settings, searched with (on
+    PostgreSQL, as the HNSW scan's ``hnsw.ef_search``), and back to the
+    default with ``False``; a value out of its range changes nothing."""
+    scans: list[str] = []
+
+    def watch(_connection: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if "set_config" in statement and isinstance(parameters, dict):
+            scans.extend(
+                parameters[f"v{key[1:]}"]
+                for key, name in parameters.items()
+                if key.startswith("n") and name == "hnsw.ef_search"
+            )
+
+    event.listen(embedded.engine, "before_cursor_execute", watch)
+    try:
+        assert embedded.search_settings().vector_scan is None
+        default = found(embedded.search("car", mode="vector"))
+        settings = embedded.configure_search(vector_scan=60)
+        assert settings.vector_scan == 60
+        assert embedded.search_settings() == settings
+        assert settings.embedder == "meanings"  # the other settings as they were
+        assert found(embedded.search("car", mode="vector")) == default
+        for wrong in (0, 1001, True, "60", 2.5):
+            with pytest.raises(InvalidArgument, match="vector_scan must be a whole number from 1 to 1,000"):
+                embedded.configure_search(vector_scan=wrong)  # type: ignore[arg-type]
+        assert embedded.search_settings() == settings
+        assert embedded.configure_search(vector_scan=False).vector_scan is None
+        assert found(embedded.search("car", mode="hybrid"))
+    finally:
+        event.remove(embedded.engine, "before_cursor_execute", watch)
+    if embedded.engine.dialect.name == "postgresql":  # each search sets the scan, then puts it back
+        assert scans[0::2] == ["400", "60", "400"]
+    else:  # every vector compared: no index, no scan
+        assert scans == []
 
 
 def test_a_search_by_meaning_is_ordered_by_the_index_and_ranked_by_exact_distance(

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from chatarchive import ChatArchive
+from chatarchive import ChatArchive, register_embedder
 from chatarchive.bench.frameworks import FRAMEWORKS
 from tests.support.commands import Run, invoke
 from tests.support.databases import citus_database, throwaway_database
+from tests.support.embedders import DIMENSION, meanings
 
 pytestmark = pytest.mark.slow
 
@@ -96,6 +97,34 @@ def test_bench_measures_indexing_and_search_at_scale(run: Run, dialect: str) -> 
     assert figures["ingest_save_many_deferred"] > 0
     assert figures["ingest_validate_and_convert"] > 0
     assert figures["ingest_bulk_onto_loaded"] > 0
+
+
+def test_bench_measures_search_by_meaning_with_an_embedder_it_is_given(run: Run, dialect: str) -> None:
+    """``--embedder`` replaces the bench's synthetic vectors with a model's (here
+    the tests' own, of 32 numbers); ``--vector-scan`` is the archive's setting
+    while it searches."""
+    register_embedder(meanings("bench-meanings"))
+    small = ("bench", "--chats", "4", "--messages", "4", "--runs", "1", "--json")
+    assert "apply to --search" in run(*small, "--embedder", "bench-meanings", expect=2).stderr
+    assert (
+        "no embedder named 'nowhere'"
+        in run(*small, "--search", "500", "--embedder", "nowhere", expect=2).stderr
+    )
+    if dialect == "sqlite":  # --search measures against what PostgreSQL itself does
+        return
+    args = ("--search", "2000", "--embedder", "bench-meanings", "--vector-scan", "50")
+    report = json.loads(run(*small, *args).stdout)
+    figures = report["figures"]
+    assert report["search_embedder"] == "bench-meanings"
+    assert figures["scale_vector_dimension"] == DIMENSION
+    assert figures["scale_vector_scan"] == 50
+    assert 0.5 <= figures["scale_vector_recall_at_10"] <= 1
+    per_vector = figures["scale_messages"] / figures["scale_vectors"]
+    assert DIMENSION * 4 < per_vector * figures["scale_vectors_bytes_per_message"] < 2 * 384 * 4
+    for kind in ("common", "rare"):
+        assert (
+            0 < figures[f"scale_search_hybrid_{kind}_p50_ms"] <= figures[f"scale_search_hybrid_{kind}_p95_ms"]
+        )
 
 
 def test_bench_compares_a_distributed_archive_with_one_server(tmp_path: Path) -> None:

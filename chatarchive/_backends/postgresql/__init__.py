@@ -487,11 +487,12 @@ class PostgreSQL(Backend):
         filters: SearchFilters,
         *,
         candidates: int,
+        scan: int | None = None,
     ) -> Sequence[Any]:
         where, params = filters.sql()
         params |= {"vector": vector_text(vector)}
         statement = _nearest_statement(embedder.name, embedder.dimension, where, candidates=candidates)
-        with _hnsw_scans(executor, candidates):
+        with _hnsw_scans(executor, candidates, scan):
             rows = executor.execute(typed_nearest(statement, params), params).all()
         # In the order of their exact distances (the index's is of half-precision vectors).
         return sorted(rows, key=_by_distance)

@@ -15,13 +15,12 @@ from chatarchive._backends.base import Executor
 from chatarchive._exceptions import NotSupported
 from chatarchive._schema import SEARCH_TERMS, VECTOR_INDEX
 from chatarchive._search import SearchQuery
-from chatarchive._terms import Phrase
+from chatarchive._terms import MOST_VECTOR_SCAN, Phrase
 from chatarchive._types import ArchiveText
 
-#: pgvector's default and largest ``hnsw.ef_search``: how many vectors an
-#: HNSW index scan keeps as candidates.
+#: pgvector's default ``hnsw.ef_search``: how many vectors an HNSW index scan
+#: keeps as candidates (its largest is ``MOST_VECTOR_SCAN``).
 DEFAULT_EF_SEARCH = 40
-MOST_EF_SEARCH = 1000
 #: A search scans the HNSW index keeping this many times the candidates it
 #: ranks: with the index built as ``HNSW_BUILD`` says, recall@10 against exact
 #: search stays at 0.95 or more at a million vectors (see the performance page).
@@ -75,14 +74,16 @@ def _sampled_index_scans(executor: Executor) -> Iterator[None]:
 
 
 @contextmanager
-def _hnsw_scans(executor: Executor, candidates: int) -> Iterator[None]:
-    """HNSW index scans for the block that keep ``EF_SEARCH_PER_CANDIDATE``
-    times ``candidates`` vectors (or the connection's own ``hnsw.ef_search``,
-    if an operator set it higher), and go on through the index until they
-    have as many that the search's filters keep (``hnsw.iterative_scan``)."""
+def _hnsw_scans(executor: Executor, candidates: int, scan: int | None = None) -> Iterator[None]:
+    """HNSW index scans for the block that keep ``scan`` vectors (the
+    archive's ``vector_scan``; ``None``: ``EF_SEARCH_PER_CANDIDATE`` times
+    ``candidates``), or the connection's own ``hnsw.ef_search`` if an operator
+    set it higher, and go on through the index until they have as many that
+    the search's filters keep (``hnsw.iterative_scan``)."""
+    wanted = EF_SEARCH_PER_CANDIDATE * candidates if scan is None else scan
 
     def breadth(own: str) -> str:
-        return str(min(MOST_EF_SEARCH, max(int(own), EF_SEARCH_PER_CANDIDATE * candidates)))
+        return str(min(MOST_VECTOR_SCAN, max(int(own), wanted)))
 
     with _settings(
         executor,
