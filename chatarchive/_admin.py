@@ -15,8 +15,8 @@ from sqlalchemy import Connection
 
 from ._arguments import require_at_least_one, require_flag
 from ._backends.citus import DEFAULT_SHARD_COUNT, Distribution
-from ._embeddings import ENTRY_POINT_GROUP, Embedder, embedder_named
-from ._exceptions import EmbedderError, InvalidArgument, NotSupported, SchemaNotReady, UserScopeError, quoted
+from ._embeddings import Embedder, required_embedder_named
+from ._exceptions import InvalidArgument, NotSupported, SchemaNotReady, UserScopeError, quoted
 from ._migrations import migrate, problems_of, require_archive_file, require_reachable, revision_of
 from ._repository import attachments, searching
 from ._repository.plans import Connected, FaceFacts, Plan
@@ -351,13 +351,7 @@ def _embedder(embedder: object) -> Embedder | Literal[False] | None:
     if embedder is None or embedder is False or isinstance(embedder, Embedder):
         return embedder
     if isinstance(embedder, str):
-        found = embedder_named(embedder)
-        if found is None:
-            raise EmbedderError(
-                f"no embedder named {embedder!r}: register_embedder(Embedder({embedder!r}, ...)), "
-                f"or install a package that offers it as a {ENTRY_POINT_GROUP!r} entry point"
-            )
-        return found
+        return required_embedder_named(embedder)
     raise InvalidArgument(
         f"embedder must be an Embedder, its name, or False, not {type(embedder).__name__}",
         argument="embedder",

@@ -40,6 +40,7 @@ __all__ = [
     "embedder_named",
     "pack",
     "register_embedder",
+    "required_embedder_named",
     "unpack",
 ]
 
@@ -195,6 +196,22 @@ def embedder_named(name: str) -> Embedder | None:
             raise EmbedderError(f"the entry point {found.value!r} gives no Embedder named {name!r}")
         _REGISTERED[name] = embedder
         return embedder
+
+
+def required_embedder_named(name: str) -> Embedder:
+    """The embedder of ``name`` (see ``embedder_named``).
+
+    Raises:
+        EmbedderError: neither this process nor an installed package has it,
+            saying how to give it; or its entry point failed.
+    """
+    found = embedder_named(name)
+    if found is None:
+        raise EmbedderError(
+            f"no embedder named {name!r}: register_embedder(Embedder({name!r}, ...)), "
+            f"or install a package that offers it as a {ENTRY_POINT_GROUP!r} entry point"
+        )
+    return found
 
 
 def pack(vector: Sequence[float]) -> bytes:

@@ -8,7 +8,8 @@ import click
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
-from chatarchive._embeddings import ENTRY_POINT_GROUP, embedder_named
+from chatarchive._embeddings import required_embedder_named
+from chatarchive._exceptions import EmbedderError
 from chatarchive._terms import MOST_VECTOR_SCAN
 
 from .app import archive, ask_if_chats_are_lost, database_option, main
@@ -120,13 +121,10 @@ def bench(
     """
     if (embedder or vector_scan) and not search:
         raise click.UsageError("--embedder and --vector-scan apply to --search")
-    chosen = None if embedder is None else embedder_named(embedder)
-    if embedder is not None and chosen is None:
-        raise click.BadParameter(
-            f"no embedder named {embedder!r}: install a package that offers it as a "
-            f"{ENTRY_POINT_GROUP!r} entry point",
-            param_hint="--embedder",
-        )
+    try:
+        chosen = None if embedder is None else required_embedder_named(embedder)
+    except EmbedderError as exc:
+        raise click.BadParameter(str(exc), param_hint="--embedder") from exc
     if keep and not yes:
         ask_if_chats_are_lost(archive(), "Delete the {chats} of {where} to run the benchmark in it?")
 
